@@ -1,0 +1,64 @@
+# One entry point for the book and its library. Needs only python3, make and git.
+#
+#   make reproduce   execute every chapter (papermill), strip volatile metadata, build the book
+#   make test        pytest over tests/, nbval over every notebook, warning-free book build
+#   make help        this list
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON3     ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+DEVICE      ?= cpu
+ARGS        ?=
+BOOK_FLAGS  := -W -n --keep-going
+
+# The venv's bin first, so the Jupyter kernel that papermill and nbval start is the venv's Python.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Repeatable hashing; no debugger warning about frozen modules on the kernels' stderr.
+export PYTHONHASHSEED := 0
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: help install reproduce test test-lib test-notebooks book clean lock
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
+
+install: $(STAMP)  ## create .venv and install the pinned dependencies and attnid (editable)
+
+# Re-installs only when a requirement file changes.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	@touch $@
+
+reproduce: $(STAMP)  ## execute every chapter with papermill (DEVICE=cpu|cuda|auto, ARGS=...), then build the book
+	$(PY) scripts/reproduce.py --device $(DEVICE) $(ARGS)
+	$(MAKE) --no-print-directory book
+
+test: test-lib test-notebooks  ## pytest, nbval over every notebook, then a warning-free book build
+	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
+
+test-lib: $(STAMP)  ## pytest over tests/
+	$(PY) -m pytest tests
+
+test-notebooks: $(STAMP)  ## nbval: re-execute every notebook and compare with the stored outputs
+	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
+
+book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs (no execution)
+	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
+	@echo "book: $(abspath _build/html/index.html)"
+
+lock:  ## re-resolve requirements.in into requirements.txt (needs network)
+	rm -rf /tmp/attnid-lock && $(PYTHON3) -m venv /tmp/attnid-lock
+	/tmp/attnid-lock/bin/pip install -q -r requirements.in
+	{ echo "# Pinned, fully resolved dependencies (generated from requirements.in by \`make lock\`)."; \
+	  echo "# torch is pinned without a local tag: the CPU wheel on CPU machines, the CUDA build elsewhere."; \
+	  /tmp/attnid-lock/bin/pip freeze | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/'; } > requirements.txt
+
+clean:  ## remove the built book and caches (keeps .venv, data/ and the notebooks' outputs)
+	rm -rf _build .pytest_cache .hypothesis
+	find . -path ./.venv -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf

@@ -1,0 +1,113 @@
+"""Jacobians of a model's outputs with respect to all of its parameters.
+
+A model is a pure function ``fn(params, x)`` of a dict of named parameter tensors and one
+input tensor. The functional rank of the model at ``params`` is the rank of the matrix
+J whose rows are d(output coordinate)/d(parameter) for every output coordinate of every
+input in a list: ``jacobian_matrix`` builds J, ``functional_rank`` decides its rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import torch
+from torch.func import jacfwd, jacrev
+from tqdm.auto import tqdm
+
+from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
+
+Params = Mapping[str, torch.Tensor]
+Model = Callable[[Params, torch.Tensor], torch.Tensor]
+Mode = Literal["auto", "forward", "reverse"]
+
+
+def count_parameters(params: Params) -> int:
+    """P, the total number of scalar parameters."""
+    return sum(int(p.numel()) for p in params.values())
+
+
+def flatten(params: Params) -> torch.Tensor:
+    """Concatenate all parameters (in dict order) into one vector theta of length P."""
+    return torch.cat([p.reshape(-1) for p in params.values()])
+
+
+def unflatten(theta: torch.Tensor, like: Params) -> dict[str, torch.Tensor]:
+    """Inverse of ``flatten``: cut theta back into tensors shaped like ``like``."""
+    out, start = {}, 0
+    for name, p in like.items():
+        out[name] = theta[start : start + p.numel()].reshape(p.shape)
+        start += p.numel()
+    if start != theta.numel():
+        raise ValueError(f"theta has {theta.numel()} entries, the parameters need {start}")
+    return out
+
+
+def _check_finite(params: Params, inputs: Sequence[torch.Tensor]) -> None:
+    for name, p in params.items():
+        if not torch.isfinite(p).all():
+            raise ValueError(f"parameter {name!r} contains NaN or inf")
+    for i, x in enumerate(inputs):
+        if not torch.isfinite(x).all():
+            raise ValueError(f"input {i} contains NaN or inf")
+
+
+def input_jacobian(fn: Model, params: Params, x: torch.Tensor, mode: Mode = "auto") -> torch.Tensor:
+    """The block of J for one input: shape (number of outputs of fn(params, x), P).
+
+    ``auto`` picks forward mode when there are no more parameters than outputs (cost grows
+    with P) and reverse mode otherwise (cost grows with the number of outputs).
+    """
+    theta = flatten(params)
+
+    def flat_output(t: torch.Tensor) -> torch.Tensor:
+        return fn(unflatten(t, params), x).reshape(-1)
+
+    if mode == "auto":
+        with torch.no_grad():
+            n_out = fn(params, x).numel()
+        mode = "forward" if theta.numel() <= n_out else "reverse"
+    if mode == "forward":
+        return jacfwd(flat_output)(theta)
+    if mode == "reverse":
+        return jacrev(flat_output)(theta)
+    raise ValueError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
+
+
+def jacobian_matrix(fn: Model, params: Params, inputs: Sequence[torch.Tensor], mode: Mode = "auto") -> torch.Tensor:
+    """J: the per-input blocks stacked row-wise, shape (total outputs, P)."""
+    if not inputs:
+        raise ValueError("inputs is empty: the Jacobian needs at least one input")
+    _check_finite(params, inputs)
+    return torch.cat([input_jacobian(fn, params, x, mode) for x in inputs])
+
+
+def functional_rank(
+    fn: Model,
+    params: Params,
+    inputs: Sequence[torch.Tensor],
+    *,
+    mode: Mode = "auto",
+    zero_tol: float = DEFAULT_ZERO_TOL,
+    min_gap: float = DEFAULT_MIN_GAP,
+    progress: bool = False,
+) -> RankDecision:
+    """Decide the rank of J (see ``attnid.rank``) without ever holding all of J.
+
+    The per-input blocks are folded into the triangular factor R of a running QR
+    factorisation, R <- qr([R; J_x]).R, which has the same singular values as the stacked
+    J but only P x P entries. Computed in the dtype of the parameters (use float64).
+    """
+    if not inputs:
+        raise ValueError("inputs is empty: the Jacobian needs at least one input")
+    _check_finite(params, inputs)
+    n_params = count_parameters(params)
+    r: torch.Tensor | None = None
+    n_rows = 0
+    for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
+        block = input_jacobian(fn, params, x, mode)
+        n_rows += block.shape[0]
+        stacked = block if r is None else torch.cat([r, block])
+        r = torch.linalg.qr(stacked, mode="r").R
+    assert r is not None
+    return decide_rank(torch.linalg.svdvals(r), n_rows, n_params, zero_tol=zero_tol, min_gap=min_gap)

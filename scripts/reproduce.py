@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Execute the book's notebooks with papermill, safely and reproducibly.
+
+For each notebook listed in _toc.yml (in book order):
+  1. drop any cell papermill injected on an earlier run (stale parameters must not linger);
+  2. execute it with papermill into a temporary file next to it, passing only the
+     parameters that differ from the notebook's own defaults (its `parameters` cell);
+  3. strip volatile metadata (papermill's timings and paths, execution timestamps) while
+     keeping outputs, execution counts, cell tags and the kernelspec;
+  4. move the result into place only on success, so a failure never loses stored outputs.
+
+Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [-p NAME=VALUE ...] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+INJECTED_TAG = "injected-parameters"
+VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime")
+VOLATILE_NOTEBOOK_KEYS = ("papermill",)
+
+
+def toc_notebooks(toc_path: Path = ROOT / "_toc.yml") -> list[Path]:
+    """The .ipynb files of the book, in reading order, relative to the repository root."""
+    toc = yaml.safe_load(toc_path.read_text())
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("file"), str):
+                found.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc.get("root") and {"file": toc["root"]})
+    walk(toc.get("parts", toc.get("chapters", [])))
+    notebooks = []
+    for name in found:
+        path = Path(name if name.endswith(".ipynb") else name + ".ipynb")
+        if (ROOT / path).is_file():
+            notebooks.append(path)
+    return notebooks
+
+
+def parse_value(text: str) -> Any:
+    """Parse a -p value as YAML, so 3 is an int, 0.5 a float, [1, 2] a list, cpu a string."""
+    return yaml.safe_load(text)
+
+
+def changed_parameters(notebook: nbformat.NotebookNode, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The requested parameters that the notebook declares and whose value differs from its default."""
+    declared = papermill.inspect_notebook(notebook)
+    changed = {}
+    for name, value in wanted.items():
+        if name not in declared:
+            continue
+        default = declared[name]["default"]
+        try:
+            default_value = ast.literal_eval(default)
+        except (ValueError, SyntaxError):
+            default_value = object()  # not a literal: always pass the requested value
+        if value != default_value:
+            changed[name] = value
+    return changed
+
+
+def strip_volatile(notebook: nbformat.NotebookNode) -> None:
+    """Remove run-specific metadata in place; keep outputs, counts, tags and kernelspec."""
+    for key in VOLATILE_NOTEBOOK_KEYS:
+        notebook.metadata.pop(key, None)
+    for cell in notebook.cells:
+        for key in VOLATILE_CELL_KEYS:
+            cell.metadata.pop(key, None)
+
+
+def run_notebook(path: Path, parameters: dict[str, Any]) -> float:
+    """Execute one notebook in place (atomically). Returns the seconds it took."""
+    source = nbformat.read(ROOT / path, as_version=4)
+    source.cells = [c for c in source.cells if INJECTED_TAG not in c.metadata.get("tags", [])]
+    params = changed_parameters(source, parameters)
+    fd, tmp = tempfile.mkstemp(dir=(ROOT / path).parent, prefix=f".{path.stem}.", suffix=".tmp.ipynb")
+    os.close(fd)
+    start = time.perf_counter()
+    try:
+        result = papermill.execute_notebook(
+            source, tmp, parameters=params, cwd=str((ROOT / path).parent), progress_bar=False, kernel_name="python3"
+        )
+        strip_volatile(result)
+        nbformat.write(result, tmp)
+        os.replace(tmp, ROOT / path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="passed to every notebook as DEVICE")
+    parser.add_argument("--only", nargs="+", type=Path, help="run only these notebooks (paths from the repository root)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="override a parameter")
+    parser.add_argument("--list", action="store_true", help="print the book's notebooks and exit")
+    args = parser.parse_args(argv)
+
+    notebooks = toc_notebooks()
+    if args.list:
+        print(" ".join(str(p) for p in notebooks))
+        return 0
+    if args.only:
+        missing = [p for p in args.only if p not in notebooks]
+        if missing:
+            parser.error(f"not in _toc.yml: {', '.join(map(str, missing))}; book notebooks: {', '.join(map(str, notebooks))}")
+        notebooks = args.only
+    parameters: dict[str, Any] = {"DEVICE": args.device}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            parser.error(f"-p expects NAME=VALUE, got {item!r}")
+        parameters[name] = parse_value(value)
+    declared = set().union(*(papermill.inspect_notebook(str(ROOT / p)) for p in notebooks))
+    unknown = sorted(set(parameters) - declared - {"DEVICE"})
+    if unknown:
+        parser.error(f"no selected notebook declares {', '.join(unknown)}; declared: {', '.join(sorted(declared))}")
+
+    total = time.perf_counter()
+    for i, path in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {path} ...", flush=True)
+        seconds = run_notebook(path, parameters)
+        print(f"[{i}/{len(notebooks)}] {path} done in {seconds:.1f} s", flush=True)
+    print(f"executed {len(notebooks)} notebook(s) in {time.perf_counter() - total:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
