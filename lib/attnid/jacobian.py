@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 from torch.func import jacfwd, jacrev
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
 
@@ -34,12 +34,13 @@ def flatten(params: Params) -> torch.Tensor:
 
 def unflatten(theta: torch.Tensor, like: Params) -> dict[str, torch.Tensor]:
     """Inverse of ``flatten``: cut theta back into tensors shaped like ``like``."""
+    needed = count_parameters(like)
+    if theta.shape != (needed,):
+        raise ValueError(f"theta has shape {tuple(theta.shape)}, the parameters need ({needed},)")
     out, start = {}, 0
     for name, p in like.items():
         out[name] = theta[start : start + p.numel()].reshape(p.shape)
         start += p.numel()
-    if start != theta.numel():
-        raise ValueError(f"theta has {theta.numel()} entries, the parameters need {start}")
     return out
 
 

@@ -84,14 +84,16 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def provenance_record(path: Path, notebook: str, parameters: Mapping[str, Any], device: str) -> dict[str, Any]:
-    """Everything the sidecar of ``path`` records (see module docstring)."""
+def provenance_record(
+    path: Path, content: bytes, notebook: str, parameters: Mapping[str, Any], device: str, data_dir: Path = DATA_DIR
+) -> dict[str, Any]:
+    """Everything the sidecar of the data file ``path`` holding ``content`` records (see module docstring)."""
     nb_path = REPO_ROOT / notebook
     if not nb_path.is_file():
         raise ValueError(f"notebook {notebook!r} not found under {REPO_ROOT}")
     return {
-        "file": path.resolve().relative_to(REPO_ROOT).as_posix(),
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "file": path.resolve().relative_to(data_dir.resolve().parent).as_posix(),
+        "sha256": hashlib.sha256(content).hexdigest(),
         "notebook": notebook,
         "notebook_source_sha256": notebook_source_hash(nb_path),
         "parameters": dict(parameters),
@@ -118,20 +120,22 @@ def write_csv(
     notebook: str,
     parameters: Mapping[str, Any],
     device: str,
+    data_dir: Path = DATA_DIR,
 ) -> Path:
-    """Write a CSV under data/ atomically, then its provenance sidecar. Returns the CSV path.
+    """Write a CSV under ``data_dir`` atomically, then its provenance sidecar. Returns the CSV path.
 
-    Values are written with ``str``: format floats before passing them, at the precision
-    the computation really has.
+    A relative ``path`` is taken relative to ``data_dir``. Values are written with ``str``:
+    format floats before passing them, at the precision the computation really has.
     """
     path = Path(path)
     if not path.is_absolute():
-        path = DATA_DIR / path
-    if DATA_DIR.resolve() not in path.resolve().parents:
-        raise ValueError(f"data files live under {DATA_DIR}; got {path}")
-    write_bytes(path, _csv_text(header, rows).encode())
+        path = data_dir / path
+    if data_dir.resolve() not in path.resolve().parents:
+        raise ValueError(f"data files live under {data_dir}; got {path}")
+    content = _csv_text(header, rows).encode()
+    record = provenance_record(path, content, notebook, parameters, device, data_dir)  # validates before writing
+    write_bytes(path, content)
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-    record = provenance_record(path, notebook, parameters, device)
     write_bytes(sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return path
 

@@ -1,0 +1,97 @@
+"""The book's pipeline: the papermill runner's helpers, the committed notebooks' hygiene, and nbval's guard."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
+assert spec and spec.loader
+reproduce = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reproduce)
+
+NOTEBOOKS = reproduce.toc_notebooks()
+CHAPTERS = [p for p in NOTEBOOKS if p.parts[0] == "chapters"]
+
+
+def test_toc_lists_the_chapters_in_order() -> None:
+    assert NOTEBOOKS[0] == Path("chapters/01_identification.ipynb")
+    assert Path("reproducing.ipynb") in NOTEBOOKS
+    assert sorted(CHAPTERS) == CHAPTERS
+    on_disk = sorted(p.relative_to(ROOT) for p in (ROOT / "chapters").glob("*.ipynb"))
+    assert on_disk == sorted(CHAPTERS), "every chapter notebook must be in _toc.yml"
+
+
+def test_strip_volatile_keeps_what_matters() -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.metadata["papermill"] = {"start_time": "now"}
+    nb.metadata["kernelspec"] = {"name": "python3"}
+    cell = nb.cells[0]
+    cell.metadata.update({"papermill": {"duration": 1.0}, "execution": {"iopub.status.busy": "t"}, "tags": ["x"]})
+    cell.execution_count = 4
+    cell.outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    reproduce.strip_volatile(nb)
+    assert "papermill" not in nb.metadata and nb.metadata["kernelspec"] == {"name": "python3"}
+    assert cell.metadata == {"tags": ["x"]}
+    assert cell.execution_count == 4 and cell.outputs[0]["text"] == "1\n"
+
+
+def test_only_changed_parameters_are_injected() -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('DEVICE = "cpu"\nSEED = 0\nSIZES = [1, 2]')])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    wanted = {"DEVICE": "cpu", "SEED": 3, "SIZES": [1, 2], "OTHER": 1}
+    assert reproduce.changed_parameters(nb, wanted) == {"SEED": 3}
+
+
+def test_bad_command_lines_exit_2() -> None:
+    for args in (["--only", "chapters/missing.ipynb"], ["-p", "NOPE"], ["-p", "NOT_DECLARED=1"], ["--device", "tpu"]):
+        result = subprocess.run([sys.executable, "scripts/reproduce.py", *args], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 2, args
+        assert "error:" in result.stderr
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=str)
+def test_committed_notebook_is_clean_and_executed(path: Path) -> None:
+    nb = nbformat.read(ROOT / path, as_version=4)
+    assert "papermill" not in nb.metadata
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for cell in code:
+        tags = cell.metadata.get("tags", [])
+        assert "injected-parameters" not in tags, "stale papermill parameters are committed"
+        assert not {"papermill", "execution"} & set(cell.metadata), "volatile metadata is committed"
+        assert cell.execution_count is not None, "a code cell was never executed"
+        for out in cell.outputs:
+            assert out.output_type != "error", "a stored output is an error"
+            assert not (out.output_type == "stream" and out.name == "stderr"), f"stderr in stored output: {out.text[:200]}"
+    counts = [c.execution_count for c in code]
+    assert counts == list(range(1, len(code) + 1)), "cells were not executed once, top to bottom"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=str)
+def test_chapter_has_a_parameters_cell_with_device(path: Path) -> None:
+    nb = nbformat.read(ROOT / path, as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert 'DEVICE = "cpu"' in tagged[0].source
+
+
+def test_nbval_fails_when_a_stored_result_is_changed(tmp_path: Path) -> None:
+    # Tamper with one printed number in a copy of the appendix notebook: nbval must notice.
+    nb = nbformat.read(ROOT / "reproducing.ipynb", as_version=4)
+    stream = next(o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream")
+    assert "data files" in stream.text
+    stream.text = stream.text.replace(" data files", "0 data files")
+    copy = tmp_path / "tampered.ipynb"
+    nbformat.write(nb, copy)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env", str(copy)],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "data files" in result.stdout and "failed" in result.stdout
