@@ -1,7 +1,7 @@
 """attnid: parameter identification in multi-head attention.
 
 The library behind the companion book: numeric functional rank (``jacobian``, ``rank``),
-the warm-up models of chapter 1 (``toy``), and the book's plumbing (``runtime``,
+the warm-up models of chapter 1 (``toy``), exact rational checks (``symbolic``), and the book's plumbing (``runtime``,
 ``provenance``).
 """
 

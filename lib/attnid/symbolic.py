@@ -1,0 +1,39 @@
+"""Exact (rational-arithmetic) checks with SymPy.
+
+``exact_nullity`` evaluates a symbolic Jacobian at a random integer point and takes its
+rank exactly. The rank of a Jacobian at any particular point is at most its generic rank,
+so the nullity found there is an *upper bound* on the generic nullity (the number of
+unidentified parameters). Together with a lower bound from a symmetry group, it proves a
+count for one concrete shape with no floating point involved.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import sympy as sp
+
+
+def matrix_symbols(name: str, rows: int, cols: int) -> sp.Matrix:
+    """A rows x cols matrix of distinct real symbols name{i}_{j}."""
+    if rows < 1 or cols < 1:
+        raise ValueError(f"matrix shape must be positive, got {rows} x {cols}")
+    return sp.Matrix(rows, cols, lambda i, j: sp.Symbol(f"{name}{i}_{j}", real=True))
+
+
+def exact_nullity(outputs: Sequence[sp.Expr], variables: Sequence[sp.Symbol], seed: int, bound: int = 9) -> int:
+    """len(variables) minus the exact rank of d(outputs)/d(variables) at a random integer point.
+
+    The point's coordinates are drawn uniformly from -bound..bound with ``random.Random(seed)``.
+    """
+    if not variables:
+        raise ValueError("variables is empty: nothing to differentiate with respect to")
+    if not outputs:
+        raise ValueError("outputs is empty: the Jacobian would have no rows")
+    if bound < 1:
+        raise ValueError(f"bound must be >= 1, got {bound}")
+    rng = random.Random(seed)
+    point = {v: sp.Integer(rng.randint(-bound, bound)) for v in variables}
+    jacobian = sp.Matrix(list(outputs)).jacobian(list(variables))
+    return len(variables) - jacobian.subs(point).rank()
