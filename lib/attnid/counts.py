@@ -1,0 +1,109 @@
+"""Exact counts of unidentified parameters for any attention layout.
+
+Every count reduces to the matrix-product count of chapter 1 (``toy.FactoredCount``):
+a product (a x k)(k x b) has, at a generic point, P - rho (a + b - rho) unidentified
+parameters with rho = min(k, a, b).
+
+Per key/value group g (m = H/G query heads share it), writing d for d_model:
+
+* query/key. The scores of head h are [x_i, 1] [W_Q^h; b_Q^h] [W_K; b_K]^T [x_j, 1]^T.
+  Stacking the m query heads' [W_Q^h; b_Q^h] gives one (m (d + bq)) x d_k factor and the
+  key side a (d + bk) x d_k factor. Plain softmax ignores anything constant along a row
+  of scores, so there the key side loses its bias row and b_K is entirely unidentified.
+  With RoPE on r of the d_k dimensions, only matrices commuting with every rotation
+  survive: r + (d_k - r)^2 dimensions (proved for d_k <= d_model); under plain softmax
+  the d_k - r unrotated coordinates of b_K stay unidentified.
+* value/output. Head h contributes A_h [X, 1] [W_V; b_V] W_O^h. The m heads' W_O^h
+  side by side give a d_v x (m d) factor. Under plain softmax the rows of A_h sum to one,
+  so b_V only enters through c = b_O + sum_h b_V^{g(h)} W_O^h: with b_O present all of b_V
+  is unidentified, without it G d_v - min(G d_v, d) of it. Other normalisations see b_V.
+* a learned sink logit per head is identified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .spec import AttentionSpec
+from .toy import FactoredCount
+
+
+@dataclass(frozen=True)
+class Count:
+    """Exact parameter count of a layout. ``unidentified`` is None when the theory does not cover it."""
+
+    spec: AttentionSpec
+    total: int
+    unidentified: int | None
+    breakdown: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def covered(self) -> bool:
+        """Whether the exact count is proved for this layout."""
+        return self.unidentified is not None
+
+    @property
+    def ratio(self) -> float | None:
+        """unidentified / total."""
+        return None if self.unidentified is None else self.unidentified / self.total
+
+
+def total_parameters(spec: AttentionSpec) -> int:
+    """P = d (H d_k + G d_k + G d_v + H d_v) + the biases present + H learned sink logits."""
+    d, h, g, dk, dv = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim
+    total = d * (h * dk + g * dk + g * dv + h * dv)
+    total += spec.has_bias("q") * h * dk + spec.has_bias("k") * g * dk + spec.has_bias("v") * g * dv
+    total += spec.has_bias("o") * d + spec.sink_learned * h
+    return total
+
+
+def query_key_unidentified(spec: AttentionSpec) -> int | None:
+    """Unidentified dimensions of the query/key weights (and b_Q) of all groups; None if not covered."""
+    d, m, dk, r = spec.d_model, spec.group_size, spec.head_dim, spec.rope_dims
+    if r:
+        if dk > d:
+            return None
+        return spec.kv_heads * (r + (dk - r) ** 2)
+    # Under plain softmax b_K is not part of the product (key_bias_unidentified counts it).
+    key_rows = d + (spec.has_bias("k") and not spec.shift_invariant)
+    return spec.kv_heads * FactoredCount(m * (d + spec.has_bias("q")), dk, key_rows).unidentified
+
+
+def key_bias_unidentified(spec: AttentionSpec) -> int:
+    """b_K coordinates that never change the output: all unrotated ones, under plain softmax only."""
+    if not spec.has_bias("k") or not spec.shift_invariant:
+        return 0
+    return spec.kv_heads * (spec.head_dim - spec.rope_dims)
+
+
+def value_output_unidentified(spec: AttentionSpec) -> int:
+    """Unidentified dimensions of W_V, W_O (and b_V when the normalisation sees it) of all groups."""
+    d, m, dv = spec.d_model, spec.group_size, spec.v_head_dim
+    value_rows = d + (spec.has_bias("v") and not spec.shift_invariant)
+    return spec.kv_heads * FactoredCount(value_rows, dv, m * d).unidentified
+
+
+def value_bias_unidentified(spec: AttentionSpec) -> int:
+    """Under plain softmax b_V only moves c = b_O + sum_h b_V W_O^h: the b_V directions c cannot see."""
+    if not spec.has_bias("v") or not spec.shift_invariant:
+        return 0
+    n_bv = spec.kv_heads * spec.v_head_dim
+    return n_bv if spec.has_bias("o") else n_bv - min(n_bv, spec.d_model)
+
+
+def count(spec: AttentionSpec) -> Count:
+    """Total, unidentified and the breakdown by source for a layout."""
+    total = total_parameters(spec)
+    qk = query_key_unidentified(spec)
+    if qk is None:
+        note = (f"not covered: RoPE with head_dim {spec.head_dim} > d_model {spec.d_model} "
+                "(the commutant argument needs the query/key factors to have full column rank)")
+        return Count(spec, total, None, {}, note)
+    breakdown = {
+        "query_key": qk,
+        "key_bias": key_bias_unidentified(spec),
+        "value_output": value_output_unidentified(spec),
+        "value_bias": value_bias_unidentified(spec),
+    }
+    return Count(spec, total, sum(breakdown.values()), breakdown)

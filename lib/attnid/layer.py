@@ -1,0 +1,117 @@
+"""The reference attention layer: parameters as named tensors, a pure forward function.
+
+Shapes (per-head layout, so the code reads like the equations):
+
+    W_Q (H, d, d_k)   W_K (G, d, d_k)   W_V (G, d, d_v)   W_O (H, d_v, d)
+    b_Q (H, d_k)      b_K (G, d_k)      b_V (G, d_v)      b_O (d,)         sink (H,)
+
+    Q_h = X W_Q^h + b_Q^h,  K_g = X W_K^g + b_K^g,  V_g = X W_V^g + b_V^g
+    Q_h, K_g <- RoPE on their first r dimensions (after the biases)
+    S_h = Q_h K_{g(h)}^T / sqrt(d_k)            (causal: j > i masked)
+    A_h = softmax(S_h) | exp(S_h) / (exp(sink_h) + sum_j exp(S_h)) | sigmoid(S_h)
+    Y   = sum_h A_h V_{g(h)} W_O^h + b_O
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .jacobian import Params
+from .spec import AttentionSpec
+
+
+def rope_tables(n: int, rope_dims: int, base: float, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (n, r) for positions 0..n-1, frequencies base^(-2i/r), rotate-half layout."""
+    half = rope_dims // 2
+    inv_freq = base ** (-torch.arange(half, dtype=torch.float64, device=device) * 2 / rope_dims)
+    angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, rope_dims: int, base: float) -> torch.Tensor:
+    """Rotate the first r dimensions of x (..., n, d_k): pairs (i, i + r/2) by angle p * base^(-2i/r)."""
+    if rope_dims == 0:
+        return x
+    cos, sin = rope_tables(x.shape[-2], rope_dims, base, x.dtype, x.device)
+    rot, rest = x[..., :rope_dims], x[..., rope_dims:]
+    x1, x2 = rot[..., : rope_dims // 2], rot[..., rope_dims // 2 :]
+    rotated = rot * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return torch.cat([rotated, rest], dim=-1)
+
+
+def parameter_shapes(spec: AttentionSpec) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every parameter of the layout, in a fixed order."""
+    d, h, g, dk, dv = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim
+    shapes: dict[str, tuple[int, ...]] = {"W_Q": (h, d, dk), "W_K": (g, d, dk), "W_V": (g, d, dv), "W_O": (h, dv, d)}
+    for letter, name, shape in (("q", "b_Q", (h, dk)), ("k", "b_K", (g, dk)), ("v", "b_V", (g, dv)), ("o", "b_O", (d,))):
+        if spec.has_bias(letter):
+            shapes[name] = shape
+    if spec.sink_learned:
+        shapes["sink"] = (h,)
+    return shapes
+
+
+def init_params(
+    spec: AttentionSpec, generator: torch.Generator, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """A generic random point: Gaussian weights scaled so scores and outputs are of order one."""
+    scale = {"W_Q": spec.d_model**-0.5, "W_K": spec.d_model**-0.5, "W_V": spec.d_model**-0.5,
+             "W_O": (spec.heads * spec.v_head_dim) ** -0.5}
+    params = {}
+    for name, shape in parameter_shapes(spec).items():
+        draw = torch.randn(shape, generator=generator, dtype=torch.float64) * scale.get(name, 0.5)
+        params[name] = draw.to(device=device, dtype=dtype)
+    return params
+
+
+def check_params(params: Params, spec: AttentionSpec) -> None:
+    """Raise ValueError unless params has exactly the layout's names and shapes, all finite."""
+    shapes = parameter_shapes(spec)
+    if set(params) != set(shapes):
+        missing, extra = sorted(set(shapes) - set(params)), sorted(set(params) - set(shapes))
+        raise ValueError(f"parameters do not match the layout: missing {missing}, unexpected {extra}")
+    for name, shape in shapes.items():
+        if tuple(params[name].shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(params[name].shape)}, the layout needs {shape}")
+        if not torch.isfinite(params[name]).all():
+            raise ValueError(f"{name} contains NaN or inf")
+
+
+def normalise(scores: torch.Tensor, spec: AttentionSpec, sink: torch.Tensor | None) -> torch.Tensor:
+    """Scores (..., H, n, n) -> attention weights, with the causal mask applied."""
+    n = scores.shape[-1]
+    mask = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1) if spec.causal else None
+    if spec.norm == "sigmoid":
+        weights = torch.sigmoid(scores)
+        return weights.masked_fill(mask, 0.0) if mask is not None else weights
+    if mask is not None:
+        scores = scores.masked_fill(mask, -math.inf)
+    if spec.norm == "softmax":
+        return torch.softmax(scores, dim=-1)
+    # sink: one extra logit per head in the denominator only
+    sink_logit = (sink if sink is not None else scores.new_zeros(spec.heads))[:, None, None]
+    extra = sink_logit.expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, extra], dim=-1), dim=-1)[..., :-1]
+
+
+def _head_bias(params: Params, name: str) -> torch.Tensor | float:
+    """A per-head bias (heads, width) shaped (heads, 1, width) to broadcast over tokens; 0 if absent."""
+    bias = params.get(name)
+    return 0.0 if bias is None else bias[:, None, :]
+
+
+def forward(params: Params, x: torch.Tensor, spec: AttentionSpec) -> torch.Tensor:
+    """Y for X of shape (..., n, d_model): the layer's output, same leading shape."""
+    if x.shape[-1] != spec.d_model:
+        raise ValueError(f"input width {x.shape[-1]} does not match d_model {spec.d_model}")
+    groups = torch.tensor([spec.group_of_head(h) for h in range(spec.heads)], device=x.device)
+    q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + _head_bias(params, "b_Q")
+    k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + _head_bias(params, "b_K")
+    v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + _head_bias(params, "b_V")
+    q, k = apply_rope(q, spec.rope_dims, spec.rope_base), apply_rope(k, spec.rope_dims, spec.rope_base)
+    k, v = k.index_select(-3, groups), v.index_select(-3, groups)  # share K/V heads by index
+    weights = normalise(q @ k.transpose(-1, -2) / math.sqrt(spec.head_dim), spec, params.get("sink"))
+    return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)

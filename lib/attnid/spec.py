@@ -1,0 +1,180 @@
+"""AttentionSpec: one attention layout, validated.
+
+A layout fixes everything about a multi-head attention layer except the values of its
+weights: the model width, the query heads H and key/value heads G (G divides H: MHA when
+G = H, GQA when 1 < G < H, MQA when G = 1), the per-head widths d_k and d_v, which of the
+four biases exist, rotary position embeddings (RoPE) on the first r of the d_k
+dimensions, a causal mask, and how scores are normalised (softmax, softmax with a sink
+logit in the denominator, or an elementwise sigmoid).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Norm = Literal["softmax", "sink", "sigmoid"]
+NORMS: tuple[str, ...] = ("softmax", "sink", "sigmoid")
+BIAS_LETTERS = "qkvo"
+
+
+def parse_bias(text: str) -> str:
+    """Normalise a bias flag: 'none' or any combination of q, k, v, o -> letters in qkvo order."""
+    if not isinstance(text, str):
+        raise TypeError(f"bias must be a string such as 'qkvo', 'kv' or 'none', got {type(text).__name__}")
+    lowered = text.strip().lower()
+    if lowered in ("", "none"):
+        return ""
+    bad = sorted(set(lowered) - set(BIAS_LETTERS))
+    if bad:
+        raise ValueError(f"bias: unknown letter(s) {''.join(bad)!r} in {text!r}; use 'none' or letters from 'qkvo'")
+    if len(set(lowered)) != len(lowered):
+        raise ValueError(f"bias: repeated letter in {text!r}; each of q, k, v, o at most once")
+    return "".join(c for c in BIAS_LETTERS if c in lowered)
+
+
+def rope_dims_from_fraction(fraction: float, head_dim: int) -> int:
+    """r = fraction * d_k, which must be an even integer (RoPE rotates pairs of dimensions)."""
+    if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
+        raise ValueError(f"rope_fraction must lie in [0, 1], got {fraction}")
+    exact = fraction * head_dim
+    r = round(exact)
+    if abs(exact - r) > 1e-9:
+        raise ValueError(f"rope_fraction {fraction} of head_dim {head_dim} is {exact:g} dimensions, not a whole number")
+    if r % 2:
+        raise ValueError(f"RoPE rotates pairs: rope_fraction {fraction} of head_dim {head_dim} gives odd r = {r}")
+    return r
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """A validated attention layout. Use ``AttentionSpec.create`` for defaults and fractions."""
+
+    d_model: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    bias: str = ""
+    rope_dims: int = 0
+    rope_base: float = 10000.0
+    causal: bool = False
+    norm: Norm = "softmax"
+    sink_learned: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_int("d_model", self.d_model)
+        _positive_int("heads", self.heads)
+        _positive_int("kv_heads", self.kv_heads)
+        _positive_int("head_dim", self.head_dim)
+        _positive_int("v_head_dim", self.v_head_dim)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads}")
+        if parse_bias(self.bias) != self.bias:
+            raise ValueError(f"bias must be letters of 'qkvo' in that order (got {self.bias!r}); use parse_bias")
+        if isinstance(self.rope_dims, bool) or not isinstance(self.rope_dims, int):
+            raise TypeError(f"rope_dims must be an integer, got {self.rope_dims!r}")
+        if not 0 <= self.rope_dims <= self.head_dim or self.rope_dims % 2:
+            raise ValueError(f"rope_dims must be an even number in [0, head_dim={self.head_dim}], got {self.rope_dims}")
+        if not (isinstance(self.rope_base, (int, float)) and math.isfinite(self.rope_base) and self.rope_base > 1):
+            raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
+        if self.sink_learned and self.norm != "sink":
+            raise ValueError(f"sink_learned needs norm='sink', got norm={self.norm!r}")
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be True or False, got {self.causal!r}")
+
+    @classmethod
+    def create(
+        cls,
+        d_model: int,
+        heads: int,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        v_head_dim: int | None = None,
+        bias: str = "none",
+        rope_fraction: float = 0.0,
+        rope_dims: int | None = None,
+        rope_base: float = 10000.0,
+        causal: bool = False,
+        norm: str = "softmax",
+        sink_learned: bool = False,
+    ) -> "AttentionSpec":
+        """Build a spec with defaults: kv_heads = heads, head widths d_model / heads, RoPE from a fraction."""
+        _positive_int("d_model", d_model)
+        _positive_int("heads", heads)
+        if head_dim is None or v_head_dim is None:
+            if d_model % heads:
+                raise ValueError(
+                    f"heads {heads} does not divide d_model {d_model}: give head_dim and v_head_dim explicitly"
+                )
+        head_dim = d_model // heads if head_dim is None else head_dim
+        v_head_dim = d_model // heads if v_head_dim is None else v_head_dim
+        _positive_int("head_dim", head_dim)
+        if rope_dims is not None and rope_fraction:
+            raise ValueError("give rope_fraction or rope_dims, not both")
+        r = rope_dims if rope_dims is not None else rope_dims_from_fraction(rope_fraction, head_dim)
+        return cls(
+            d_model=d_model,
+            heads=heads,
+            kv_heads=heads if kv_heads is None else kv_heads,
+            head_dim=head_dim,
+            v_head_dim=v_head_dim,
+            bias=parse_bias(bias),
+            rope_dims=r,
+            rope_base=float(rope_base),
+            causal=causal,
+            norm=norm,  # type: ignore[arg-type]
+            sink_learned=sink_learned,
+        )
+
+    @property
+    def group_size(self) -> int:
+        """m = H / G, the number of query heads that share one key/value head."""
+        return self.heads // self.kv_heads
+
+    def group_of_head(self, h: int) -> int:
+        """g(h) = floor(h G / H): the key/value head used by query head h."""
+        return h * self.kv_heads // self.heads
+
+    def has_bias(self, letter: str) -> bool:
+        """Whether the bias b_Q, b_K, b_V or b_O (letter q, k, v or o) exists."""
+        return letter in self.bias
+
+    @property
+    def shift_invariant(self) -> bool:
+        """True when the normalisation ignores a constant added to a row of scores (plain softmax)."""
+        return self.norm == "softmax"
+
+    @property
+    def kind(self) -> str:
+        """'MHA', 'GQA' or 'MQA'."""
+        if self.kv_heads == self.heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else "GQA"
+
+    def describe(self) -> str:
+        """One line naming every field."""
+        rope = f"rope={self.rope_dims}/{self.head_dim} base={self.rope_base:g}" if self.rope_dims else "rope=none"
+        norm = self.norm + (" (learned)" if self.sink_learned else " (fixed 0)" if self.norm == "sink" else "")
+        return (
+            f"d_model={self.d_model} heads={self.heads} kv_heads={self.kv_heads} ({self.kind}) "
+            f"head_dim={self.head_dim} v_head_dim={self.v_head_dim} bias={self.bias or 'none'} {rope} "
+            f"norm={norm} causal={'yes' if self.causal else 'no'}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for JSON)."""
+        out = asdict(self)
+        out["bias"] = self.bias or "none"
+        return out
