@@ -40,12 +40,15 @@ class Verification:
 
 
 def default_inputs(spec: AttentionSpec, seq_len: int) -> int:
-    """Enough random inputs that the Jacobian has more rows than parameters, plus one spare input."""
-    return math.ceil(count_parameters_of(spec) / (seq_len * spec.d_model)) + 1
+    """Enough random inputs that the Jacobian's independent rows can exceed the parameters, plus one spare.
 
-
-def count_parameters_of(spec: AttentionSpec) -> int:
-    return count(spec).total
+    Each output row is b_O plus a combination of the rows of the H W_O^h, so apart from the
+    shared W_O and b_O an input contributes at most seq_len * min(d_model, H d_v) independent
+    rows, not seq_len * d_model. Counting with that effective width keeps layouts whose heads
+    are narrow (H d_v < d_model) from being capped by too few inputs.
+    """
+    width = min(spec.d_model, spec.heads * spec.v_head_dim)
+    return math.ceil(count(spec).total / (seq_len * width)) + 1
 
 
 def numeric_rank(

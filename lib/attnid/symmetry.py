@@ -1,0 +1,257 @@
+"""Symmetries of the attention layer: moves of the parameters that leave the function unchanged.
+
+Per key/value group g, with M in GL(d_k) and N in GL(d_v):
+
+    W_Q^h -> W_Q^h M,   b_Q^h -> b_Q^h M          (every query head h of group g)
+    W_K^g -> W_K^g M^-T, b_K^g -> b_K^g M^-T
+    W_V^g -> W_V^g N,   b_V^g -> b_V^g N
+    W_O^h -> N^-1 W_O^h
+
+With RoPE on r dimensions, M must commute with every rotation: 2 x 2 blocks a I + b J on
+each rotated pair (i, i + r/2), any matrix on the unrotated part, zeros between them.
+Under plain softmax two more moves exist: any shift of the unrotated coordinates of b_K,
+and the trade b_V^g -> b_V^g + u, b_O -> b_O - sum_{h in g} u W_O^h. Permuting heads (whole
+groups, and query heads inside a group) is a finite symmetry.
+
+The tangent space of the orbit is spanned by the derivatives of these moves at the
+identity; ``orbit_tangent`` returns an orthonormal basis of it in the flattened
+parameter space of ``attnid.jacobian.flatten``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .jacobian import Params, flatten
+from .layer import check_params
+from .spec import AttentionSpec
+
+COMMUTANT_TOL = 1e-10
+
+
+@dataclass(frozen=True)
+class GroupElement:
+    """One (M_g, N_g) per key/value group: shapes (G, d_k, d_k) and (G, d_v, d_v)."""
+
+    query_key: torch.Tensor
+    value_output: torch.Tensor
+
+
+def lie_algebra_basis(spec: AttentionSpec) -> torch.Tensor:
+    """Basis (n, d_k, d_k) of the matrices A with A R = R A for every RoPE rotation R (all of gl(d_k) without RoPE)."""
+    dk, r = spec.head_dim, spec.rope_dims
+    half = r // 2
+    basis = []
+    for i in range(half):  # a I + b J on the pair (i, i + r/2)
+        ident = torch.zeros(dk, dk, dtype=torch.float64)
+        ident[i, i] = ident[i + half, i + half] = 1.0
+        turn = torch.zeros(dk, dk, dtype=torch.float64)
+        turn[i + half, i], turn[i, i + half] = 1.0, -1.0
+        basis += [ident, turn]
+    for a in range(r, dk):
+        for b in range(r, dk):
+            unit = torch.zeros(dk, dk, dtype=torch.float64)
+            unit[a, b] = 1.0
+            basis.append(unit)
+    return torch.stack(basis) if basis else torch.zeros(0, dk, dk, dtype=torch.float64)
+
+
+def in_commutant(m: torch.Tensor, spec: AttentionSpec) -> bool:
+    """Whether M (d_k, d_k) lies in the span of ``lie_algebra_basis`` (commutes with every rotation)."""
+    basis = lie_algebra_basis(spec).reshape(-1, spec.head_dim**2).to(m)
+    coeffs = torch.linalg.lstsq(basis.T, m.reshape(-1, 1)).solution
+    residual = (basis.T @ coeffs).reshape(m.shape) - m
+    return bool(residual.abs().max() <= COMMUTANT_TOL * max(1.0, float(m.abs().max())))
+
+
+def random_group_element(spec: AttentionSpec, generator: torch.Generator, scale: float = 0.3) -> GroupElement:
+    """I + scale * (random element of the Lie algebra), per group: invertible for small scale."""
+    g, dk, dv = spec.kv_heads, spec.head_dim, spec.v_head_dim
+    basis = lie_algebra_basis(spec)
+    coeffs = torch.randn(g, basis.shape[0], generator=generator, dtype=torch.float64)
+    qk = torch.eye(dk, dtype=torch.float64) + scale * torch.einsum("gn,nab->gab", coeffs, basis)
+    vo = torch.eye(dv, dtype=torch.float64) + scale * torch.randn(g, dv, dv, generator=generator, dtype=torch.float64)
+    return GroupElement(qk, vo)
+
+
+def _check_element(element: GroupElement, spec: AttentionSpec) -> None:
+    g, dk, dv = spec.kv_heads, spec.head_dim, spec.v_head_dim
+    if tuple(element.query_key.shape) != (g, dk, dk) or tuple(element.value_output.shape) != (g, dv, dv):
+        raise ValueError(
+            f"group element needs shapes ({g}, {dk}, {dk}) and ({g}, {dv}, {dv}), got "
+            f"{tuple(element.query_key.shape)} and {tuple(element.value_output.shape)}"
+        )
+    for name, mats in (("query_key", element.query_key), ("value_output", element.value_output)):
+        cond = torch.linalg.cond(mats)
+        if not torch.isfinite(cond).all() or (cond > 1e12).any():
+            raise ValueError(f"{name} matrices must be invertible (condition numbers {cond.tolist()})")
+    if spec.rope_dims:
+        for i, m in enumerate(element.query_key):
+            if not in_commutant(m, spec):
+                raise ValueError(f"query_key[{i}] does not commute with the RoPE rotations: not a symmetry of this layout")
+
+
+def _head_groups(spec: AttentionSpec) -> torch.Tensor:
+    return torch.tensor([spec.group_of_head(h) for h in range(spec.heads)])
+
+
+def apply_group(params: Params, spec: AttentionSpec, element: GroupElement) -> dict[str, torch.Tensor]:
+    """The parameters moved by (M_g, N_g) as in the module docstring; the function is unchanged."""
+    check_params(params, spec)
+    _check_element(element, spec)
+    m = element.query_key.to(params["W_Q"])
+    n = element.value_output.to(params["W_V"])
+    m_inv_t = torch.linalg.inv(m).transpose(-1, -2)
+    n_inv = torch.linalg.inv(n)
+    per_head = _head_groups(spec)
+    out = dict(params)
+    out["W_Q"] = params["W_Q"] @ m[per_head]
+    out["W_K"] = params["W_K"] @ m_inv_t
+    out["W_V"] = params["W_V"] @ n
+    out["W_O"] = n_inv[per_head] @ params["W_O"]
+    if "b_Q" in params:
+        out["b_Q"] = (params["b_Q"][:, None, :] @ m[per_head])[:, 0]
+    if "b_K" in params:
+        out["b_K"] = (params["b_K"][:, None, :] @ m_inv_t)[:, 0]
+    if "b_V" in params:
+        out["b_V"] = (params["b_V"][:, None, :] @ n)[:, 0]
+    return out
+
+
+def _require_softmax(spec: AttentionSpec, what: str) -> None:
+    if not spec.shift_invariant:
+        raise ValueError(f"{what} is a symmetry only under plain softmax; this layout uses norm={spec.norm!r}")
+
+
+def shift_key_bias(params: Params, spec: AttentionSpec, delta: torch.Tensor) -> dict[str, torch.Tensor]:
+    """b_K -> b_K + delta, delta (G, d_k) zero on the rotated coordinates: invisible under plain softmax."""
+    check_params(params, spec)
+    _require_softmax(spec, "shifting the key bias")
+    if "b_K" not in params:
+        raise ValueError("this layout has no key bias (bias flag without 'k')")
+    if tuple(delta.shape) != tuple(params["b_K"].shape):
+        raise ValueError(f"delta has shape {tuple(delta.shape)}, b_K has {tuple(params['b_K'].shape)}")
+    if spec.rope_dims and delta[:, : spec.rope_dims].abs().max() > 0:
+        raise ValueError("with RoPE after the bias, only the unrotated coordinates of b_K can be shifted")
+    return dict(params, b_K=params["b_K"] + delta.to(params["b_K"]))
+
+
+def trade_value_bias(params: Params, spec: AttentionSpec, delta: torch.Tensor) -> dict[str, torch.Tensor]:
+    """b_V^g -> b_V^g + delta_g and b_O -> b_O - sum_h delta_{g(h)} W_O^h: invisible under plain softmax."""
+    check_params(params, spec)
+    _require_softmax(spec, "trading the value bias for the output bias")
+    if "b_V" not in params or "b_O" not in params:
+        raise ValueError("the trade needs both a value bias and an output bias (bias flag with 'v' and 'o')")
+    if tuple(delta.shape) != tuple(params["b_V"].shape):
+        raise ValueError(f"delta has shape {tuple(delta.shape)}, b_V has {tuple(params['b_V'].shape)}")
+    delta = delta.to(params["b_V"])
+    moved = torch.einsum("hv,hvd->d", delta[_head_groups(spec)], params["W_O"])
+    return dict(params, b_V=params["b_V"] + delta, b_O=params["b_O"] - moved)
+
+
+def permute_heads(params: Params, spec: AttentionSpec, perm: list[int]) -> dict[str, torch.Tensor]:
+    """New query head h is old head perm[h]; perm must move whole key/value groups together."""
+    check_params(params, spec)
+    if sorted(perm) != list(range(spec.heads)):
+        raise ValueError(f"perm must be a permutation of 0..{spec.heads - 1}, got {perm}")
+    group_map: dict[int, int] = {}
+    for h, old in enumerate(perm):
+        new_g, old_g = spec.group_of_head(h), spec.group_of_head(old)
+        if group_map.setdefault(new_g, old_g) != old_g:
+            raise ValueError(f"perm {perm} splits a key/value group: heads sharing K/V must move together")
+    heads = torch.tensor(perm)
+    groups = torch.tensor([group_map[g] for g in range(spec.kv_heads)])
+    out = dict(params)
+    for name in ("W_Q", "W_O", "b_Q", "sink"):
+        if name in params:
+            out[name] = params[name][heads]
+    for name in ("W_K", "W_V", "b_K", "b_V"):
+        if name in params:
+            out[name] = params[name][groups]
+    return out
+
+
+def _zeros_like(params: Params) -> dict[str, torch.Tensor]:
+    return {name: torch.zeros_like(p) for name, p in params.items()}
+
+
+def tangent_directions(params: Params, spec: AttentionSpec) -> list[dict[str, torch.Tensor]]:
+    """Derivatives of every symmetry at the identity, one parameter-shaped dict per generator."""
+    check_params(params, spec)
+    directions = []
+    per_head = _head_groups(spec).tolist()
+    for g in range(spec.kv_heads):
+        heads = [h for h in range(spec.heads) if per_head[h] == g]
+        for a in lie_algebra_basis(spec).to(params["W_Q"]):
+            d = _zeros_like(params)
+            d["W_Q"][heads] = params["W_Q"][heads] @ a
+            d["W_K"][g] = -params["W_K"][g] @ a.T
+            if "b_Q" in params:
+                d["b_Q"][heads] = params["b_Q"][heads] @ a
+            if "b_K" in params:
+                d["b_K"][g] = -params["b_K"][g] @ a.T
+            directions.append(d)
+        for i in range(spec.v_head_dim):
+            for j in range(spec.v_head_dim):
+                b = torch.zeros(spec.v_head_dim, spec.v_head_dim).to(params["W_V"])
+                b[i, j] = 1.0
+                d = _zeros_like(params)
+                d["W_V"][g] = params["W_V"][g] @ b
+                d["W_O"][heads] = -b @ params["W_O"][heads]
+                if "b_V" in params:
+                    d["b_V"][g] = params["b_V"][g] @ b
+                directions.append(d)
+        if spec.shift_invariant and "b_K" in params:
+            for i in range(spec.rope_dims, spec.head_dim):
+                d = _zeros_like(params)
+                d["b_K"][g, i] = 1.0
+                directions.append(d)
+        if spec.shift_invariant and "b_V" in params and "b_O" in params:
+            for i in range(spec.v_head_dim):
+                d = _zeros_like(params)
+                d["b_V"][g, i] = 1.0
+                d["b_O"] = -params["W_O"][heads, i, :].sum(0)
+                directions.append(d)
+    if spec.shift_invariant and "b_V" in params and "b_O" not in params:
+        directions += _value_bias_null_directions(params, spec)
+    return directions
+
+
+def _value_bias_null_directions(params: Params, spec: AttentionSpec) -> list[dict[str, torch.Tensor]]:
+    """Without b_O: the b_V = u that c = sum_g u_g S_g (S_g = sum of the group's W_O^h) cannot see."""
+    per_head = _head_groups(spec)
+    stacked = torch.cat([params["W_O"][per_head == g].sum(0) for g in range(spec.kv_heads)])  # (G d_v, d)
+    _, sv, vh = torch.linalg.svd(stacked.T, full_matrices=True)
+    rank = int((sv > 1e-10 * sv[0]).sum()) if sv.numel() and sv[0] > 0 else 0
+    directions = []
+    for u in vh[rank:]:
+        d = _zeros_like(params)
+        d["b_V"] = u.reshape(spec.kv_heads, spec.v_head_dim)
+        directions.append(d)
+    return directions
+
+
+def orbit_tangent(params: Params, spec: AttentionSpec, rel_tol: float = 1e-10) -> torch.Tensor:
+    """Orthonormal basis (P, k) of the span of ``tangent_directions``, flattened in parameter order.
+
+    The generators are linearly dependent where a head is wider than d_model (then some M
+    fix W_Q and W_K both); the span, found by an SVD with relative tolerance ``rel_tol``, is
+    what counts.
+    """
+    directions = tangent_directions(params, spec)
+    if not directions:
+        return torch.zeros(sum(p.numel() for p in params.values()), 0, dtype=params["W_Q"].dtype)
+    mat = torch.stack([flatten(d) for d in directions], dim=1)
+    u, s, _ = torch.linalg.svd(mat, full_matrices=False)
+    keep = s > rel_tol * s[0] if s.numel() and s[0] > 0 else torch.zeros_like(s, dtype=torch.bool)
+    return u[:, keep]
+
+
+def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(along, across): the orthogonal projection of a flat direction onto span(basis) and the remainder."""
+    if direction.ndim != 1 or direction.shape[0] != basis.shape[0]:
+        raise ValueError(f"direction must be a vector of length {basis.shape[0]}, got shape {tuple(direction.shape)}")
+    along = basis @ (basis.T @ direction)
+    return along, direction - along
