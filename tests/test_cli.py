@@ -1,0 +1,119 @@
+"""The command line and every invalid layout we could think of: each gets a clear, specific error."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attnid.cli import main
+from attnid.spec import AttentionSpec, parse_bias, rope_dims_from_fraction
+from attnid.verify import numeric_rank
+
+BASE = ["--d-model", "8", "--heads", "2"]
+
+
+def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        code = main(list(args))
+        raise SystemExit(code)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def test_count_json(capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = run(capsys, "count", *BASE, "--bias", "qkvo", "--json")
+    record = json.loads(out)
+    assert code == 0
+    assert (record["total"], record["unidentified"]) == (288, 80)
+    assert record["ratio"] == pytest.approx(80 / 288)
+    assert record["breakdown"] == {"query_key": 32, "key_bias": 8, "value_output": 32, "value_bias": 8}
+
+
+def test_count_text(capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "4", "--kv-heads", "2")
+    assert code == 0
+    assert "(GQA)" in out and "parameters: 192" in out and "unidentified: 16" in out
+
+
+def test_verify_json_matches(capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = run(capsys, "verify", *BASE, "--rope-fraction", "1", "--bias", "qkv", "--causal", "--json")
+    record = json.loads(out)
+    assert code == 0
+    assert record["matches"] is True and record["clear"] is True
+    # per group r + d_v^2 = 4 + 16; b_K is rotated (identified); without b_O, G d_v = d_model means b_V is seen
+    assert record["numeric_unidentified"] == record["unidentified"] == 2 * (4 + 16)
+
+
+def test_verify_text_and_uncovered_layout(capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = run(capsys, "verify", "--d-model", "8", "--heads", "1", "--head-dim", "10",
+                       "--v-head-dim", "8", "--rope-fraction", "1")
+    assert code == 0
+    assert "no exact count" in out and "matches: no exact count to compare" in out
+
+
+def test_module_entry_point_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "attnid", "count", *BASE, "--json"], capture_output=True, text=True)
+    assert result.returncode == 0 and json.loads(result.stdout)["unidentified"] == 64
+
+
+CLI_ERRORS = [
+    ([], "required"),
+    (["count"], "required: --d-model, --heads"),
+    (["count", "--d-model", "8"], "--heads"),
+    (["count", *BASE, "--bias", "qx"], "unknown letter"),
+    (["count", *BASE, "--bias", "kk"], "repeated letter"),
+    (["count", "--d-model", "8", "--heads", "3"], "does not divide d_model"),
+    (["count", *BASE, "--kv-heads", "3"], "kv_heads 3 must divide heads 2"),
+    (["count", "--d-model", "0", "--heads", "1"], "d_model must be >= 1"),
+    (["count", "--d-model", "8", "--heads", "two"], "invalid int value"),
+    (["count", *BASE, "--head-dim", "0"], "head_dim must be >= 1"),
+    (["count", *BASE, "--v-head-dim", "-2"], "v_head_dim must be >= 1"),
+    (["count", *BASE, "--rope-fraction", "1.5"], "rope_fraction must lie in [0, 1]"),
+    (["count", *BASE, "--rope-fraction", "0.3"], "not a whole number"),
+    (["count", *BASE, "--rope-fraction", "0.25"], "odd r = 1"),
+    (["count", *BASE, "--rope-fraction", "1", "--rope-base", "1"], "rope_base must be"),
+    (["count", *BASE, "--norm", "relu"], "invalid choice"),
+    (["count", *BASE, "--sink", "learned"], "--sink learned needs --norm sink"),
+    (["count", *BASE, "--frobnicate"], "unrecognized arguments"),
+    (["verify", *BASE, "--seq-len", "1"], "seq_len must be an integer >= 2"),
+    (["shout", *BASE], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CLI_ERRORS, ids=[" ".join(a) or "empty" for a, _ in CLI_ERRORS])
+def test_cli_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture, args: list[str], message: str) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and message in err, err
+
+
+SPEC_ERRORS = [
+    (lambda: AttentionSpec.create(8, 2, kv_heads=4), ValueError, "must divide heads"),
+    (lambda: AttentionSpec.create(8, 2, rope_fraction=0.5, rope_dims=2), ValueError, "not both"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, bias="kq"), ValueError, "qkvo"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, rope_dims=3), ValueError, "even number"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, rope_dims=6), ValueError, "even number in \\[0, head_dim=4\\]"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, norm="softmax", sink_learned=True), ValueError, "needs norm='sink'"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, norm="relu"), ValueError, "norm must be one of"),
+    (lambda: AttentionSpec(8.0, 2, 2, 4, 4), TypeError, "d_model must be an integer"),
+    (lambda: AttentionSpec(8, True, 2, 4, 4), TypeError, "heads must be an integer"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, causal=1), TypeError, "causal must be True or False"),
+    (lambda: AttentionSpec(8, 2, 2, 4, 4, rope_base=float("nan")), ValueError, "rope_base"),
+    (lambda: parse_bias(3), TypeError, "bias must be a string"),
+    (lambda: rope_dims_from_fraction(float("nan"), 4), ValueError, "rope_fraction must lie"),
+    (lambda: numeric_rank(AttentionSpec.create(8, 2), n_inputs=0), ValueError, "n_inputs must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("make", "error", "message"), SPEC_ERRORS)
+def test_invalid_layouts_name_the_field(make, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_bias_parsing_accepts_any_order_and_none() -> None:
+    assert parse_bias("okvq") == "qkvo"
+    assert parse_bias("None") == parse_bias("") == ""
+    assert AttentionSpec.create(8, 2, bias="vk").bias == "kv"
