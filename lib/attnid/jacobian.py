@@ -83,6 +83,43 @@ def jacobian_matrix(fn: Model, params: Params, inputs: Sequence[torch.Tensor], m
     return torch.cat([input_jacobian(fn, params, x, mode) for x in inputs])
 
 
+class RankAccumulator:
+    """Jacobian blocks folded into the triangular factor R of a running QR factorisation.
+
+    R <- qr([R; blocks]).R has the same singular values as all blocks stacked, but only
+    P x P entries. Blocks are folded in chunks of at least P rows, so a QR runs once per
+    chunk rather than once per input. More blocks can be added after a decision.
+    """
+
+    def __init__(self, n_params: int) -> None:
+        self.n_params = n_params
+        self.n_rows = 0
+        self._r: torch.Tensor | None = None
+        self._pending: list[torch.Tensor] = []
+
+    def add(self, block: torch.Tensor) -> None:
+        if block.ndim != 2 or block.shape[1] != self.n_params:
+            raise ValueError(f"block must have shape (rows, {self.n_params}), got {tuple(block.shape)}")
+        self._pending.append(block)
+        self.n_rows += block.shape[0]
+        if sum(b.shape[0] for b in self._pending) >= self.n_params:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self._pending:
+            return
+        parts = ([] if self._r is None else [self._r]) + self._pending
+        self._r = torch.linalg.qr(torch.cat(parts), mode="r").R
+        self._pending = []
+
+    def decide(self, *, zero_tol: float = DEFAULT_ZERO_TOL, min_gap: float = DEFAULT_MIN_GAP) -> RankDecision:
+        """The rank decision for all blocks added so far."""
+        self._fold()
+        if self._r is None:
+            raise ValueError("no Jacobian blocks added")
+        return decide_rank(torch.linalg.svdvals(self._r), self.n_rows, self.n_params, zero_tol=zero_tol, min_gap=min_gap)
+
+
 def functional_rank(
     fn: Model,
     params: Params,
@@ -92,23 +129,17 @@ def functional_rank(
     zero_tol: float = DEFAULT_ZERO_TOL,
     min_gap: float = DEFAULT_MIN_GAP,
     progress: bool = False,
+    accumulator: RankAccumulator | None = None,
 ) -> RankDecision:
     """Decide the rank of J (see ``attnid.rank``) without ever holding all of J.
 
-    The per-input blocks are folded into the triangular factor R of a running QR
-    factorisation, R <- qr([R; J_x]).R, which has the same singular values as the stacked
-    J but only P x P entries. Computed in the dtype of the parameters (use float64).
+    The per-input blocks go through a ``RankAccumulator`` (pass one to keep adding inputs
+    later). Computed in the dtype of the parameters (use float64).
     """
     if not inputs:
         raise ValueError("inputs is empty: the Jacobian needs at least one input")
     _check_finite(params, inputs)
-    n_params = count_parameters(params)
-    r: torch.Tensor | None = None
-    n_rows = 0
+    acc = RankAccumulator(count_parameters(params)) if accumulator is None else accumulator
     for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
-        block = input_jacobian(fn, params, x, mode)
-        n_rows += block.shape[0]
-        stacked = block if r is None else torch.cat([r, block])
-        r = torch.linalg.qr(stacked, mode="r").R
-    assert r is not None
-    return decide_rank(torch.linalg.svdvals(r), n_rows, n_params, zero_tol=zero_tol, min_gap=min_gap)
+        acc.add(input_jacobian(fn, params, x, mode))
+    return acc.decide(zero_tol=zero_tol, min_gap=min_gap)

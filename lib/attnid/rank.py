@@ -17,6 +17,10 @@ Rule (all quantities relative to the largest singular value s_1):
    (b) the rows did not cap the rank: r < m (m = number of rows) or r = P. Otherwise more
        inputs might reveal more directions, and the decision is not clear.
 A decision that is not clear is reported as such; callers that need an answer raise.
+
+The fast path (``attnid.certify``) reaches the same decision without the full spectrum: it
+proves an upper bound on t_{r+1} and a lower bound on t_r, and applies rules 3(a) and 3(b)
+to the bounds. Such a decision carries the bounds instead of ``singular_values``.
 """
 
 from __future__ import annotations
@@ -37,14 +41,23 @@ class RankDecision:
 
     ``singular_values`` are the raw values in descending order (length min(m, P));
     ``relative`` pads them with zeros to length ``n_params`` and divides by the largest.
+    A certified decision has no spectrum (``singular_values`` is None) and stores proven
+    bounds: ``kept_bound`` <= t_r and ``dropped_bound`` >= t_{r+1}.
     """
 
-    singular_values: torch.Tensor
+    singular_values: torch.Tensor | None
     n_rows: int
     n_params: int
     rank: int
     zero_tol: float
     min_gap: float
+    kept_bound: float | None = None
+    dropped_bound: float | None = None
+
+    @property
+    def method(self) -> str:
+        """'svd' (full spectrum) or 'certificate' (proven bounds, see attnid.certify)."""
+        return "svd" if self.singular_values is not None else "certificate"
 
     @property
     def nullity(self) -> int:
@@ -53,7 +66,9 @@ class RankDecision:
 
     @property
     def relative(self) -> torch.Tensor:
-        """t_i = s_i / s_1, padded with zeros to one value per parameter."""
+        """t_i = s_i / s_1, padded with zeros to one value per parameter (SVD decisions only)."""
+        if self.singular_values is None:
+            raise ValueError("a certified decision has no spectrum, only bounds on t_r and t_{r+1}")
         s = self.singular_values.detach().to("cpu", torch.float64)
         t = torch.zeros(self.n_params, dtype=torch.float64)
         if s.numel() and s[0] > 0:
@@ -62,12 +77,16 @@ class RankDecision:
 
     @property
     def smallest_kept(self) -> float:
-        """t_r, the smallest singular value counted as non-zero (nan if the rank is 0)."""
+        """t_r, the smallest singular value counted as non-zero (nan if the rank is 0); a lower bound if certified."""
+        if self.kept_bound is not None:
+            return self.kept_bound
         return float(self.relative[self.rank - 1]) if self.rank > 0 else math.nan
 
     @property
     def largest_dropped(self) -> float:
-        """t_{r+1}, the largest singular value counted as zero (nan if full rank)."""
+        """t_{r+1}, the largest singular value counted as zero (nan if full rank); an upper bound if certified."""
+        if self.dropped_bound is not None:
+            return self.dropped_bound
         return float(self.relative[self.rank]) if self.rank < self.n_params else math.nan
 
     @property
@@ -85,7 +104,11 @@ class RankDecision:
 
     @property
     def clear(self) -> bool:
-        """True when the rule's conditions (a) and (b) both hold."""
+        """True when the rule's conditions (a) and (b) both hold (and, if certified, t_r > zero_tol >= t_{r+1})."""
+        if self.method == "certificate":
+            dropped_ok = self.rank == self.n_params or self.largest_dropped <= self.zero_tol
+            if not (self.smallest_kept > self.zero_tol and dropped_ok):
+                return False
         return self.gap >= self.min_gap and self.rows_sufficient
 
     def require_clear(self) -> "RankDecision":

@@ -244,7 +244,11 @@ def orbit_tangent(params: Params, spec: AttentionSpec, rel_tol: float = 1e-10) -
     if not directions:
         return torch.zeros(sum(p.numel() for p in params.values()), 0, dtype=params["W_Q"].dtype)
     mat = torch.stack([flatten(d) for d in directions], dim=1)
-    u, s, _ = torch.linalg.svd(mat, full_matrices=False)
+    q, r = torch.linalg.qr(mat)
+    diag = r.diagonal().abs()
+    if diag.numel() and diag.min() > 1e-6 * diag.max():  # clearly independent generators: QR suffices
+        return q
+    u, s, _ = torch.linalg.svd(mat, full_matrices=False)  # dependent generators: keep the span
     keep = s > rel_tol * s[0] if s.numel() and s[0] > 0 else torch.zeros_like(s, dtype=torch.bool)
     return u[:, keep]
 

@@ -1,4 +1,13 @@
-"""Numeric functional dimension of an attention layout, compared with the exact count."""
+"""Numeric functional dimension of an attention layout, compared with the exact count.
+
+How many inputs? The rank of the stacked Jacobian can only grow as inputs are added and
+stops growing once they are generic and numerous enough (chapter 1's theorem). A first
+batch is sized from two estimates (``default_inputs``). The SVD route then keeps adding
+half as many inputs again until the rank stops rising (``stable``); a rank that was still
+rising when the rounds ran out is reported as unstable and never as a match. The
+certificate route (``attnid.certify``) needs no such loop: proving that the null space is
+exactly the orbit tangent proves the rank is the largest any number of inputs can give.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +15,29 @@ import math
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
+from .certify import certify_nullity
 from .counts import Count, count
-from .jacobian import Mode, count_parameters, functional_rank
+from .jacobian import Mode, RankAccumulator, count_parameters, input_jacobian
 from .layer import forward, init_params
 from .rank import RankDecision
 from .runtime import generator
 from .spec import AttentionSpec
+from .symmetry import orbit_tangent
 
 MIN_SEQ_LEN = 2
+MAX_EXTRA_ROUNDS = 6
+METHODS = ("auto", "svd")
+
+
+@dataclass(frozen=True)
+class NumericRank:
+    """A rank decision with how it was reached."""
+
+    decision: RankDecision
+    n_inputs: int
+    stable: bool
 
 
 @dataclass(frozen=True)
@@ -22,10 +45,17 @@ class Verification:
     """An exact count next to the numeric nullity of the Jacobian at a random point."""
 
     count: Count
-    decision: RankDecision
+    numeric: NumericRank
     seq_len: int
-    n_inputs: int
     seed: int
+
+    @property
+    def decision(self) -> RankDecision:
+        return self.numeric.decision
+
+    @property
+    def n_inputs(self) -> int:
+        return self.numeric.n_inputs
 
     @property
     def numeric_unidentified(self) -> int:
@@ -36,47 +66,110 @@ class Verification:
         """True/False when the theory covers the layout, None when there is no exact count to compare."""
         if self.count.unidentified is None:
             return None
-        return self.decision.clear and self.count.unidentified == self.decision.nullity
+        return self.decision.clear and self.numeric.stable and self.count.unidentified == self.decision.nullity
+
+
+def default_seq_len(spec: AttentionSpec) -> int:
+    """Tokens per input: d_model, kept between 8 and 32 (longer inputs carry more score information)."""
+    return max(8, min(spec.d_model, 32))
 
 
 def default_inputs(spec: AttentionSpec, seq_len: int) -> int:
-    """Enough random inputs that the Jacobian's independent rows can exceed the parameters, plus one spare.
+    """A first batch of inputs: 1.5 times the larger of two estimates of how many the rank needs, plus one.
 
-    Each output row is b_O plus a combination of the rows of the H W_O^h, so apart from the
-    shared W_O and b_O an input contributes at most seq_len * min(d_model, H d_v) independent
-    rows, not seq_len * d_model. Counting with that effective width keeps layouts whose heads
-    are narrow (H d_v < d_model) from being capped by too few inputs.
+    * Outputs: each output row is b_O plus a combination of the rows of the H W_O^h, so apart
+      from W_O and b_O an input adds at most seq_len * min(d_model, H d_v) independent rows.
+    * Scores: the query/key weights act only through the scores, and per head an input has
+      n (n - 1) score differences that a softmax can see (n^2 for sigmoid or a sink; about
+      half with a causal mask), while the query/key side has up to (H + G)(d_model + 1) d_k
+      parameters to pin down.
+
+    Just enough inputs leaves the last directions weakly seen (singular values near the
+    zero tolerance); the margin keeps them clear of it, so the rank settles in one batch.
     """
-    width = min(spec.d_model, spec.heads * spec.v_head_dim)
-    return math.ceil(count(spec).total / (seq_len * width)) + 1
+    n, h = seq_len, spec.heads
+    width = min(spec.d_model, h * spec.v_head_dim)
+    by_outputs = math.ceil(count(spec).total / (n * width))
+    visible = n * (n - 1) if spec.shift_invariant else n * n
+    if spec.causal:
+        visible = max(1, visible // 2)
+    qk_params = (h + spec.kv_heads) * (spec.d_model + 1) * spec.head_dim
+    by_scores = math.ceil(qk_params / (h * visible))
+    return math.ceil(1.5 * max(by_outputs, by_scores)) + 1
+
+
+def _inputs(spec: AttentionSpec, gen: torch.Generator, n_inputs: int, seq_len: int, device) -> list[torch.Tensor]:
+    return [torch.randn(seq_len, spec.d_model, generator=gen, dtype=torch.float64).to(device) for _ in range(n_inputs)]
 
 
 def numeric_rank(
     spec: AttentionSpec,
     *,
-    seq_len: int = 8,
+    seq_len: int | None = None,
     seed: int = 0,
     n_inputs: int | None = None,
     mode: Mode = "auto",
+    method: str = "svd",
     device: torch.device | str = "cpu",
     progress: bool = False,
-) -> tuple[RankDecision, int]:
-    """Rank decision for the layer's Jacobian at a seeded random point on seeded random inputs."""
+) -> NumericRank:
+    """Rank decision for the layer's Jacobian at a seeded random point on seeded random inputs.
+
+    ``method``: 'svd' computes the full spectrum (adding inputs until the rank is stable);
+    'auto' first tries to certify that the null space is the orbit tangent (layouts with an
+    exact count only) and falls back to the SVD route when that cannot be proved.
+    """
+    seq_len = default_seq_len(spec) if seq_len is None else seq_len
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < MIN_SEQ_LEN:
         raise ValueError(f"seq_len must be an integer >= {MIN_SEQ_LEN} (attention over one token is constant), got {seq_len!r}")
     n_inputs = default_inputs(spec, seq_len) if n_inputs is None else n_inputs
     if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
         raise ValueError(f"n_inputs must be a positive integer, got {n_inputs!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     gen = generator(seed)
     params = init_params(spec, gen, device=device)
-    inputs = [torch.randn(seq_len, spec.d_model, generator=gen, dtype=torch.float64).to(device) for _ in range(n_inputs)]
     assert count_parameters(params) == count(spec).total
-    decision = functional_rank(lambda p, x: forward(p, x, spec), params, inputs, mode=mode, progress=progress)
-    return decision, n_inputs
+    inputs = _inputs(spec, gen, n_inputs, seq_len, device)
+
+    def layer(p, x):
+        return forward(p, x, spec)
+
+    basis = orbit_tangent(params, spec) if count(spec).covered else None
+    if method == "auto" and basis is not None:
+        certified = certify_nullity(layer, params, inputs, basis, mode=mode, progress=progress)
+        if certified is not None and certified.clear:
+            return NumericRank(certified, n_inputs, stable=True)
+
+    acc = RankAccumulator(count_parameters(params))
+    orbit_stretch = 0.0  # ||J T||_F^2: how far the orbit tangent is from the null space
+    for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
+        block = input_jacobian(layer, params, x, mode)
+        acc.add(block)
+        if basis is not None:
+            orbit_stretch += float((block @ basis).pow(2).sum())
+    decision = acc.decide()
+    if basis is not None and decision.clear and decision.nullity == basis.shape[1]:
+        s_1 = float(decision.singular_values[0])
+        if s_1 > 0 and orbit_stretch**0.5 <= decision.zero_tol * s_1:
+            # the null space contains the orbit tangent, whose directions are exact symmetries for every
+            # input: no number of inputs can push the rank above P - dim(orbit), so this rank is final
+            return NumericRank(decision, n_inputs, stable=True)
+    for _ in range(MAX_EXTRA_ROUNDS):
+        extra = _inputs(spec, gen, max(1, n_inputs // 2), seq_len, device)
+        for x in extra:
+            acc.add(input_jacobian(layer, params, x, mode))
+        n_inputs += len(extra)
+        previous, decision = decision, acc.decide()
+        if decision.rank == previous.rank:
+            return NumericRank(decision, n_inputs, stable=True)
+    return NumericRank(decision, n_inputs, stable=False)
 
 
-def verify(spec: AttentionSpec, *, seq_len: int = 8, seed: int = 0, n_inputs: int | None = None,
-           device: torch.device | str = "cpu", progress: bool = False) -> Verification:
-    """Exact count and numeric nullity side by side."""
-    decision, used = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, device=device, progress=progress)
-    return Verification(count(spec), decision, seq_len, used, seed)
+def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,
+           method: str = "auto", device: torch.device | str = "cpu", progress: bool = False) -> Verification:
+    """Exact count and numeric nullity side by side (``method`` as in ``numeric_rank``)."""
+    seq_len = default_seq_len(spec) if seq_len is None else seq_len
+    numeric = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, method=method, device=device,
+                           progress=progress)
+    return Verification(count(spec), numeric, seq_len, seed)
