@@ -20,7 +20,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce test test-lib test-notebooks book clean lock
+.PHONY: help install reproduce test test-lib test-notebooks book bench-engine clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -51,6 +51,9 @@ test-notebooks: $(STAMP)  ## nbval: re-execute every notebook and compare with t
 book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs (no execution)
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
+
+bench-engine: $(STAMP)  ## time `attnid verify` over the standard layouts (CPU) -> data/bench/engine.csv
+	$(PY) scripts/bench_engine.py $(ARGS)
 
 lock:  ## re-resolve requirements.in into requirements.txt (needs network)
 	rm -rf /tmp/attnid-lock && $(PYTHON3) -m venv /tmp/attnid-lock

@@ -87,15 +87,21 @@ def package_versions() -> dict[str, str]:
 def provenance_record(
     path: Path, content: bytes, notebook: str, parameters: Mapping[str, Any], device: str, data_dir: Path = DATA_DIR
 ) -> dict[str, Any]:
-    """Everything the sidecar of the data file ``path`` holding ``content`` records (see module docstring)."""
+    """Everything the sidecar of the data file ``path`` holding ``content`` records (see module docstring).
+
+    ``notebook`` is the repository path of what wrote the file: a chapter notebook (hashed by
+    its source cells) or a script such as a benchmark (hashed whole).
+    """
     nb_path = REPO_ROOT / notebook
     if not nb_path.is_file():
         raise ValueError(f"notebook {notebook!r} not found under {REPO_ROOT}")
+    source_hash = (notebook_source_hash(nb_path) if nb_path.suffix == ".ipynb"
+                   else hashlib.sha256(nb_path.read_bytes()).hexdigest())
     return {
         "file": path.resolve().relative_to(data_dir.resolve().parent).as_posix(),
         "sha256": hashlib.sha256(content).hexdigest(),
         "notebook": notebook,
-        "notebook_source_sha256": notebook_source_hash(nb_path),
+        "notebook_source_sha256": source_hash,
         "parameters": dict(parameters),
         **code_commit(),
         "device": device,

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Benchmark the identification engine: `verify` against a naive baseline, on CPU.
+
+Sweep: every standard layout with d_model in --d-models (every H dividing d_model, every G
+dividing H, RoPE off and on (full rotation, when d_k is even), biases none and qkvo).
+For each layout it times `attnid.verify` (certificate first, SVD fallback, inputs added
+until the rank is stable). The naive baseline is torch.func.jacrev of the whole layer on
+the same inputs, stacked, then one full SVD; it runs for d_model <= --naive-max-d (it gets
+slow fast). Writes data/bench/engine.csv (atomically, with a provenance sidecar) and prints
+the totals. A measurement, not a test: the figures depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.func import jacrev
+from tqdm import tqdm
+
+import attnid
+from attnid.counts import count
+from attnid.layer import forward, init_params
+from attnid.provenance import write_csv
+from attnid.rank import decide_rank
+from attnid.spec import AttentionSpec
+from attnid.verify import default_inputs, default_seq_len, verify
+
+SCRIPT = "scripts/bench_engine.py"
+
+
+def standard_layouts(d_models: list[int]) -> list[AttentionSpec]:
+    layouts = []
+    for d in d_models:
+        for h in (h for h in range(1, d + 1) if d % h == 0):
+            for g in (g for g in range(1, h + 1) if h % g == 0):
+                ropes = [0.0, 1.0] if (d // h) % 2 == 0 else [0.0]
+                for rope in ropes:
+                    for bias in ("none", "qkvo"):
+                        layouts.append(AttentionSpec.create(d, h, kv_heads=g, rope_fraction=rope, bias=bias))
+    return layouts
+
+
+def naive_nullity(spec: AttentionSpec, seed: int) -> tuple[int, float]:
+    """jacrev of the whole layer on all inputs at once, then one SVD of the full Jacobian."""
+    seq_len = default_seq_len(spec)
+    gen = attnid.generator(seed)
+    params = init_params(spec, gen)
+    x = torch.stack([torch.randn(seq_len, spec.d_model, generator=gen, dtype=torch.float64)
+                     for _ in range(default_inputs(spec, seq_len))])
+    start = time.perf_counter()
+    jac = jacrev(lambda p: forward(p, x, spec))(params)
+    j = torch.cat([jac[name].reshape(x.numel() // spec.d_model * spec.d_model, -1) for name in params], dim=1)
+    decision = decide_rank(torch.linalg.svdvals(j), j.shape[0], j.shape[1])
+    return decision.nullity, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--d-models", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--naive-max-d", type=int, default=16, help="run the naive baseline up to this d_model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench/engine.csv", help="path under data/")
+    args = parser.parse_args(argv)
+
+    layouts = standard_layouts(args.d_models)
+    rows, total, naive_total, failures = [], 0.0, 0.0, 0
+    for spec in tqdm(layouts, desc="layouts"):
+        start = time.perf_counter()
+        result = verify(spec, seed=args.seed)
+        seconds = time.perf_counter() - start
+        total += seconds
+        failures += result.matches is not True
+        naive_null, naive_s = naive_nullity(spec, args.seed) if spec.d_model <= args.naive_max_d else (None, None)
+        naive_total += naive_s or 0.0
+        rows.append((spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.rope_dims, spec.bias or "none",
+                     result.count.total, result.count.unidentified, result.numeric_unidentified, result.matches,
+                     result.decision.method, result.n_inputs, result.seq_len, f"{seconds:.3f}",
+                     "" if naive_null is None else naive_null, "" if naive_s is None else f"{naive_s:.3f}"))
+    device = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    header = ["d_model", "heads", "kv_heads", "head_dim", "rope_dims", "bias", "total", "exact", "numeric",
+              "matches", "method", "n_inputs", "seq_len", "verify_s", "naive_numeric", "naive_s"]
+    path = write_csv(args.out, header, rows, notebook=SCRIPT,
+                     parameters={"d_models": args.d_models, "naive_max_d": args.naive_max_d, "seed": args.seed},
+                     device=device)
+    by_d = {d: sum(float(r[13]) for r in rows if r[0] == d) for d in args.d_models}
+    print(f"{len(rows)} layouts, {failures} not matching; verify total {total:.1f} s "
+          + ", ".join(f"d={d}: {s:.1f} s" for d, s in by_d.items()))
+    naive_rows = [r for r in rows if r[15] != ""]
+    if naive_rows:
+        ours = sum(float(r[13]) for r in naive_rows)
+        print(f"naive baseline on {len(naive_rows)} layouts (d <= {args.naive_max_d}): {naive_total:.1f} s vs verify {ours:.1f} s")
+    print(f"wrote {path}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
