@@ -1,0 +1,124 @@
+"""The numeric checks every theory chapter runs, in one place.
+
+* ``verify_grid``: exact count next to numeric nullity for a list of layouts, as rows.
+* ``format_rows``: a fixed-width text table of those rows, printed at the precision the
+  numbers really have (integers exactly; singular values to 2 significant digits).
+* ``invariance_error``: how much random group elements (and, where they are symmetries,
+  the bias moves and a head permutation) change the layer's output, relative to its size.
+* ``off_orbit_change``: how much a small step orthogonal to the orbit changes the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from . import symmetry as sym
+from .jacobian import flatten, unflatten
+from .layer import forward, init_params
+from .runtime import generator
+from .spec import AttentionSpec
+from .verify import verify
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """One layout's exact and numeric counts."""
+
+    spec: AttentionSpec
+    total: int
+    exact: int | None
+    numeric: int
+    matches: bool | None
+    method: str
+    smallest_kept: float
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.exact is None else self.exact / self.total
+
+    @property
+    def numeric_ratio(self) -> float:
+        return self.numeric / self.total
+
+
+def verify_grid(specs: Sequence[AttentionSpec], *, seed: int = 0, seq_len: int | None = None,
+                device: torch.device | str = "cpu") -> list[GridRow]:
+    """``attnid.verify`` over every layout, as rows."""
+    rows = []
+    for spec in specs:
+        v = verify(spec, seed=seed, seq_len=seq_len, device=device)
+        rows.append(GridRow(spec, v.count.total, v.count.unidentified, v.numeric_unidentified, v.matches,
+                            v.decision.method, v.decision.smallest_kept))
+    return rows
+
+
+def format_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G", "d_k", "d_v")) -> str:
+    """A text table: the chosen layout columns, then P, exact, numeric, match."""
+    getters = {"d": lambda s: s.d_model, "H": lambda s: s.heads, "G": lambda s: s.kv_heads,
+               "d_k": lambda s: s.head_dim, "d_v": lambda s: s.v_head_dim, "r": lambda s: s.rope_dims,
+               "bias": lambda s: s.bias or "none", "norm": lambda s: s.norm,
+               "causal": lambda s: "yes" if s.causal else "no"}
+    unknown = [c for c in columns if c not in getters]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; choose from {sorted(getters)}")
+    header = [*columns, "P", "exact", "numeric", "match"]
+    body = [[str(getters[c](r.spec)) for c in columns]
+            + [str(r.total), "-" if r.exact is None else str(r.exact), str(r.numeric),
+               {True: "yes", False: "NO", None: "n/a"}[r.matches]] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
+
+
+def _point(spec: AttentionSpec, seed: int, seq_len: int, device: torch.device | str):
+    gen = generator(seed)
+    params = init_params(spec, gen, device=device)
+    x = torch.randn(4, seq_len, spec.d_model, generator=gen, dtype=torch.float64).to(device)
+    return gen, params, x
+
+
+def invariance_error(spec: AttentionSpec, *, seed: int = 0, n_elements: int = 3, seq_len: int = 8,
+                     device: torch.device | str = "cpu") -> float:
+    """max |Y(moved) - Y| / max |Y| over random group elements, bias moves and a head permutation."""
+    gen, params, x = _point(spec, seed, seq_len, device)
+    y = forward(params, x, spec)
+    moved = [sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5)) for _ in range(n_elements)]
+    if spec.shift_invariant and spec.has_bias("k") and spec.rope_dims < spec.head_dim:
+        delta = torch.randn(spec.kv_heads, spec.head_dim, generator=gen, dtype=torch.float64)
+        delta[:, : spec.rope_dims] = 0.0
+        moved.append(sym.shift_key_bias(params, spec, delta))
+    if spec.shift_invariant and spec.has_bias("v") and spec.has_bias("o"):
+        moved.append(sym.trade_value_bias(params, spec, torch.randn(spec.kv_heads, spec.v_head_dim, generator=gen,
+                                                                    dtype=torch.float64)))
+    if spec.heads > 1:
+        m = spec.group_size
+        perm = [(h + m) % spec.heads for h in range(spec.heads)] if spec.kv_heads > 1 else list(range(spec.heads))[::-1]
+        moved.append(sym.permute_heads(params, spec, perm))
+    scale = float(y.abs().max())
+    return max(float((forward(p, x, spec) - y).abs().max()) for p in moved) / scale
+
+
+def off_orbit_change(spec: AttentionSpec, *, seed: int = 0, step: float = 1e-4, seq_len: int = 8,
+                     device: torch.device | str = "cpu") -> float:
+    """max |Y(theta + step u) - Y| / max |Y| for a random unit u orthogonal to the orbit tangent."""
+    gen, params, x = _point(spec, seed, seq_len, device)
+    basis = sym.orbit_tangent(params, spec)
+    _, across = sym.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64).to(basis), basis)
+    nudged = unflatten(flatten(params) + step * across / across.norm(), params)
+    y = forward(params, x, spec)
+    return float((forward(nudged, x, spec) - y).abs().max()) / float(y.abs().max())
+
+
+def key_bias_gradient_ratio(spec: AttentionSpec, *, seed: int = 0, seq_len: int = 8,
+                            device: torch.device | str = "cpu") -> float:
+    """max |dL/db_K| / max |dL/db_Q| for L = sum(Y^2) at a random point: round-off where b_K is dead."""
+    if not (spec.has_bias("k") and spec.has_bias("q")):
+        raise ValueError("the comparison needs both a query and a key bias (bias flag with 'q' and 'k')")
+    _, params, x = _point(spec, seed, seq_len, device)
+    params = {name: p.clone().requires_grad_() for name, p in params.items()}
+    forward(params, x, spec).pow(2).sum().backward()
+    return float(params["b_K"].grad.abs().max()) / float(params["b_Q"].grad.abs().max())
