@@ -5,8 +5,9 @@ For each notebook listed in _toc.yml (in book order):
   1. drop any cell papermill injected on an earlier run (stale parameters must not linger);
   2. execute it with papermill into a temporary file next to it, passing only the
      parameters that differ from the notebook's own defaults (its `parameters` cell);
-  3. strip volatile metadata (papermill's timings and paths, execution timestamps) while
-     keeping outputs, execution counts, cell tags and the kernelspec;
+  3. strip volatile metadata (papermill's timings and paths, execution timestamps) and merge
+     stream outputs the kernel happened to split, keeping outputs, execution counts, cell
+     tags and the kernelspec;
   4. move the result into place only on success, so a failure never loses stored outputs.
 
 Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [-p NAME=VALUE ...] [--list]
@@ -80,13 +81,28 @@ def changed_parameters(notebook: nbformat.NotebookNode, wanted: dict[str, Any]) 
     return changed
 
 
+def coalesce_streams(outputs: list) -> list:
+    """Merge adjacent stdout (or stderr) outputs: how the kernel split them depends on timing."""
+    merged: list = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1]["name"] == out["name"]):
+            merged[-1]["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
 def strip_volatile(notebook: nbformat.NotebookNode) -> None:
-    """Remove run-specific metadata in place; keep outputs, counts, tags and kernelspec."""
+    """Remove run-specific metadata and timing-dependent stream splits in place; keep outputs,
+    execution counts, tags and the kernelspec."""
     for key in VOLATILE_NOTEBOOK_KEYS:
         notebook.metadata.pop(key, None)
     for cell in notebook.cells:
         for key in VOLATILE_CELL_KEYS:
             cell.metadata.pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = coalesce_streams(cell.outputs)
 
 
 def run_notebook(path: Path, parameters: dict[str, Any]) -> float:

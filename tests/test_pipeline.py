@@ -40,6 +40,25 @@ def test_strip_volatile_keeps_what_matters() -> None:
     assert cell.execution_count == 4 and cell.outputs[0]["text"] == "1\n"
 
 
+def test_split_streams_are_merged() -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+                           nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+                           nbformat.v4.new_output("stream", name="stderr", text="c\n"),
+                           nbformat.v4.new_output("stream", name="stdout", text="d\n")]
+    reproduce.strip_volatile(nb)
+    assert [(o["name"], o["text"]) for o in nb.cells[0].outputs] == [("stdout", "a\nb\n"), ("stderr", "c\n"),
+                                                                      ("stdout", "d\n")]
+
+
+def test_committed_notebooks_have_no_split_streams() -> None:
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(ROOT / path, as_version=4).cells:
+            outs = cell.get("outputs", [])
+            for a, b in zip(outs, outs[1:]):
+                assert not (a.output_type == b.output_type == "stream" and a.name == b.name), path
+
+
 def test_only_changed_parameters_are_injected() -> None:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('DEVICE = "cpu"\nSEED = 0\nSIZES = [1, 2]')])
     nb.cells[0].metadata["tags"] = ["parameters"]
