@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +32,18 @@ from attnid.spec import AttentionSpec
 from attnid.verify import default_inputs, default_seq_len, verify
 
 SCRIPT = "scripts/bench_engine.py"
+NAIVE_CHUNK = 512  # cotangents per reverse pass: bounds the naive baseline's memory (unchunked, it ran out at d=32)
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def standard_layouts(d_models: list[int]) -> list[AttentionSpec]:
@@ -53,7 +66,7 @@ def naive_nullity(spec: AttentionSpec, seed: int) -> tuple[int, float]:
     x = torch.stack([torch.randn(seq_len, spec.d_model, generator=gen, dtype=torch.float64)
                      for _ in range(default_inputs(spec, seq_len))])
     start = time.perf_counter()
-    jac = jacrev(lambda p: forward(p, x, spec))(params)
+    jac = jacrev(lambda p: forward(p, x, spec), chunk_size=NAIVE_CHUNK)(params)
     j = torch.cat([jac[name].reshape(x.numel() // spec.d_model * spec.d_model, -1) for name in params], dim=1)
     decision = decide_rank(torch.linalg.svdvals(j), j.shape[0], j.shape[1])
     return decision.nullity, time.perf_counter() - start
@@ -70,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     layouts = standard_layouts(args.d_models)
     rows, total, naive_total, failures = [], 0.0, 0.0, 0
+    partial = Path(tempfile.gettempdir()) / "attnid_bench_engine.partial.csv"  # progress, outside data/
     for index, spec in enumerate(tqdm(layouts, desc="layouts")):
         start = time.perf_counter()
         result = verify(spec, seed=args.seed)
@@ -83,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                      result.count.total, result.count.unidentified, result.numeric_unidentified, result.matches,
                      result.decision.method, result.n_inputs, result.seq_len, f"{seconds:.3f}",
                      "" if naive_null is None else naive_null, "" if naive_s is None else f"{naive_s:.3f}"))
-    device = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        partial.write_text("\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    device = f"cpu ({cpu_model()}, {torch.get_num_threads()} threads)"
     header = ["d_model", "heads", "kv_heads", "head_dim", "rope_dims", "bias", "total", "exact", "numeric",
               "matches", "method", "n_inputs", "seq_len", "verify_s", "naive_numeric", "naive_s"]
     path = write_csv(args.out, header, rows, notebook=SCRIPT,
@@ -103,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  d={d}: {len(sub)} layouts, naive {sum(float(r[15]) for r in sub):.1f} s, "
                       f"verify {sum(float(r[13]) for r in sub):.1f} s, naive nullity agrees on "
                       f"{sum(r[14] == r[8] for r in sub)}")
+    partial.unlink(missing_ok=True)
     print(f"wrote {path}")
     return 1 if failures else 0
 

@@ -1,4 +1,4 @@
-"""Command line: ``attnid count`` and ``attnid verify`` (also ``python -m attnid``).
+"""Command line: ``attnid count``, ``attnid verify`` and ``attnid census`` (also ``python -m attnid``).
 
 Exit codes: 0 success (for verify: the numeric nullity matches the exact count, or there
 is no exact count and the numeric decision is clear), 1 verify found a mismatch or an
@@ -49,7 +49,44 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seq-len", type=int, default=8, help="tokens per random input (default 8, at least 2)")
     v.add_argument("--seed", type=int, default=0, help="seed for the random point and inputs (default 0)")
     v.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)")
+    c.add_argument("--file", default=None, help="a YAML layout file (default: the shipped architectures.yaml)")
+    c.add_argument("--model", nargs="+", default=None, help="only these model keys")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _census_lines(rows: list) -> list[str]:
+    header = f"{'model':14s} {'layers':>6s} {'params/layer':>13s} {'unidentified':>12s} {'ratio':>9s} {'plain MHA':>9s}  notes"
+    lines = [header]
+    for row in rows:
+        r = row.record()
+        unid = "n/a" if r["unidentified_per_layer"] is None else f"{r['unidentified_per_layer']:,}"
+        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.5f}"
+        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"]
+                          + [u.replace("_", " ") + ("" if u == "sliding_window" else " (not covered)")
+                             for u in r["uncovered"]])
+        lines.append(f"{r['model']:14s} {r['layers']:6d} {r['parameters_per_layer']:13,} {unid:>12s} {ratio:>9s} "
+                     f"{r['plain_mha_ratio']:9.5f}  {notes}")
+    return lines
+
+
+def run_census(args: argparse.Namespace) -> int:
+    from .census import SHIPPED, census, load_layouts
+
+    layouts = load_layouts(args.file or SHIPPED)
+    if args.model:
+        known = {lay.key for lay in layouts}
+        unknown = [m for m in args.model if m not in known]
+        if unknown:
+            raise ValueError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        layouts = [lay for lay in layouts if lay.key in args.model]
+    rows = census(layouts)
+    if args.json:
+        print(json.dumps({"models": [row.record() for row in rows]}))
+    else:
+        print("\n".join(_census_lines(rows)))
+    return 0
 
 
 def spec_from_args(args: argparse.Namespace) -> AttentionSpec:
@@ -99,6 +136,11 @@ def _verify_lines(v: Verification) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "census":
+        try:
+            return run_census(args)
+        except ValueError as exc:
+            parser.exit(2, f"attnid census: error: {exc}\n")
     try:
         spec = spec_from_args(args)
         if args.command == "count":

@@ -1,0 +1,269 @@
+"""Cross-checks against attention modules we did not write: the `transformers` implementations.
+
+For a family (GPT-2, Llama, Qwen2, GPT-NeoX, gpt-oss) ``build`` makes a small configuration,
+instantiates that family's real attention module with random float64 weights, and returns it
+with two converters between its weights and ``attnid``'s named parameters. With them a
+chapter or a test can check, on code written by others, that
+
+* the module computes what ``attnid.layer.forward`` computes (the layouts mean the same thing);
+* the symmetries ``attnid.symmetry`` predicts leave the module's output unchanged;
+* the numeric nullity of the module's own Jacobian equals ``attnid.counts.count``.
+
+Every module gets an explicit additive causal mask, so the masking is the same in both
+implementations, and runs its softmax in float64 (see ``SOFTMAX_IN_FLOAT64``). Nothing is downloaded: only configuration classes and
+module code from the installed package are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .jacobian import Params
+from .spec import AttentionSpec
+
+FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss")
+# The eager attention of Llama, Qwen2 and GPT-NeoX computes its softmax in float32 even in a float64
+# model, which breaks the exact shift invariance that makes the key bias dead (to ~1e-8). Their SDPA
+# path stays in the model's dtype, so those families run through it. GPT-2's eager path and gpt-oss's
+# (the only one with sinks) keep float64.
+SOFTMAX_IN_FLOAT64 = "sdpa"
+
+
+@dataclass
+class HFLayer:
+    """A transformers attention module and the maps between its weights and attnid's."""
+
+    family: str
+    module: torch.nn.Module
+    spec: AttentionSpec
+    to_attnid: Callable[[Params], dict[str, torch.Tensor]]
+    from_attnid: Callable[[Params], dict[str, torch.Tensor]]
+    forward_kwargs: Callable[[torch.Tensor], dict]
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The module's parameters by their transformers names (detached copies)."""
+        return {name: p.detach().clone() for name, p in self.module.named_parameters()}
+
+    def output(self, weights: Params, x: torch.Tensor) -> torch.Tensor:
+        """The module's output for X of shape (batch, n, d) with the given weights (functional, differentiable).
+
+        SDPA is pinned to its math backend (plain matmuls and softmax in the input's dtype), which
+        torch.func can batch; the fused CPU kernel has no batching rule for its backward.
+        """
+        with sdpa_kernel(SDPBackend.MATH):
+            return functional_call(self.module, dict(weights), (x,), self.forward_kwargs(x), strict=True)[0]
+
+
+def causal_mask(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask (1, 1, n, n): 0 on and below the diagonal, -inf above."""
+    return torch.full((n, n), float("-inf"), dtype=dtype).triu(1)[None, None]
+
+
+def _split_heads(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """(d, heads * k) -> (heads, d, k)."""
+    d = w.shape[0]
+    return w.reshape(d, heads, -1).permute(1, 0, 2)
+
+
+def _merge_heads(w: torch.Tensor) -> torch.Tensor:
+    """(heads, d, k) -> (d, heads * k)."""
+    return w.permute(1, 0, 2).reshape(w.shape[1], -1)
+
+
+def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
+    """Llama, Qwen2 and gpt-oss: q_proj, k_proj, v_proj, o_proj (nn.Linear: y = x W^T + b)."""
+    from transformers import GptOssConfig, LlamaConfig, Qwen2Config
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2RotaryEmbedding
+
+    common = dict(hidden_size=spec.d_model, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
+                  head_dim=spec.head_dim, num_hidden_layers=1,
+                  attn_implementation="eager" if family == "gpt_oss" else SOFTMAX_IN_FLOAT64)
+    rope = {"rope_type": "default", "rope_theta": spec.rope_base}
+    if family == "llama":
+        config = LlamaConfig(**common, attention_bias=spec.bias == "qkvo", rope_parameters=rope)
+        module, rotary = LlamaAttention(config, 0), LlamaRotaryEmbedding(config)
+    elif family == "qwen2":
+        config = Qwen2Config(**common, rope_parameters=rope, layer_types=["full_attention"], use_sliding_window=False)
+        module, rotary = Qwen2Attention(config, 0), Qwen2RotaryEmbedding(config)
+    else:
+        config = GptOssConfig(**common, rope_parameters=rope, layer_types=["full_attention"], num_local_experts=1,
+                              num_experts_per_tok=1)
+        module, rotary = GptOssAttention(config, 0), GptOssRotaryEmbedding(config)
+    module = _randomise(module, generator, spec.d_model**-0.5)
+    rotary = rotary.to(torch.float64)
+
+    def to_attnid(w: Params) -> dict[str, torch.Tensor]:
+        out = {"W_Q": _split_heads(w["q_proj.weight"].T, spec.heads), "W_K": _split_heads(w["k_proj.weight"].T, spec.kv_heads),
+               "W_V": _split_heads(w["v_proj.weight"].T, spec.kv_heads),
+               "W_O": w["o_proj.weight"].T.reshape(spec.heads, spec.v_head_dim, spec.d_model)}
+        for letter, name, heads in (("q", "q_proj", spec.heads), ("k", "k_proj", spec.kv_heads), ("v", "v_proj", spec.kv_heads)):
+            if spec.has_bias(letter):
+                out[f"b_{letter.upper()}"] = w[f"{name}.bias"].reshape(heads, -1)
+        if spec.has_bias("o"):
+            out["b_O"] = w["o_proj.bias"]
+        if spec.sink_learned:
+            out["sink"] = w["sinks"]
+        return out
+
+    def from_attnid(p: Params) -> dict[str, torch.Tensor]:
+        out = {"q_proj.weight": _merge_heads(p["W_Q"]).T, "k_proj.weight": _merge_heads(p["W_K"]).T,
+               "v_proj.weight": _merge_heads(p["W_V"]).T, "o_proj.weight": p["W_O"].reshape(-1, spec.d_model).T}
+        for letter, name in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj")):
+            if spec.has_bias(letter):
+                out[f"{name}.bias"] = p[f"b_{letter.upper()}"].reshape(-1)
+        if spec.has_bias("o"):
+            out["o_proj.bias"] = p["b_O"]
+        if spec.sink_learned:
+            out["sinks"] = p["sink"]
+        return out
+
+    def forward_kwargs(x: torch.Tensor) -> dict:
+        positions = torch.arange(x.shape[-2])[None].expand(x.shape[0], -1)
+        return {"position_embeddings": rotary(x, positions), "attention_mask": causal_mask(x.shape[-2], x.dtype)}
+
+    return HFLayer(family, module, spec, to_attnid, from_attnid, forward_kwargs)
+
+
+def _randomise(module: torch.nn.Module, generator: torch.Generator, scale: float) -> torch.nn.Module:
+    module = module.to(torch.float64).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64) * scale)
+    return module
+
+
+def _gpt2(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
+    """GPT-2: c_attn and c_proj are Conv1D (y = x W + b), queries|keys|values side by side."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    config = GPT2Config(n_embd=spec.d_model, n_head=spec.heads, n_layer=1, attn_implementation="eager")
+    module = _randomise(GPT2Attention(config, layer_idx=0), generator, spec.d_model**-0.5)
+    d, h = spec.d_model, spec.heads
+
+    def to_attnid(w: Params) -> dict[str, torch.Tensor]:
+        qkv, b = w["c_attn.weight"], w["c_attn.bias"]
+        return {"W_Q": _split_heads(qkv[:, :d], h), "W_K": _split_heads(qkv[:, d:2 * d], h),
+                "W_V": _split_heads(qkv[:, 2 * d:], h), "W_O": w["c_proj.weight"].reshape(h, -1, d),
+                "b_Q": b[:d].reshape(h, -1), "b_K": b[d:2 * d].reshape(h, -1), "b_V": b[2 * d:].reshape(h, -1),
+                "b_O": w["c_proj.bias"]}
+
+    def from_attnid(p: Params) -> dict[str, torch.Tensor]:
+        return {"c_attn.weight": torch.cat([_merge_heads(p[k]) for k in ("W_Q", "W_K", "W_V")], dim=1),
+                "c_attn.bias": torch.cat([p[k].reshape(-1) for k in ("b_Q", "b_K", "b_V")]),
+                "c_proj.weight": p["W_O"].reshape(-1, d), "c_proj.bias": p["b_O"]}
+
+    def forward_kwargs(x: torch.Tensor) -> dict:
+        return {"attention_mask": causal_mask(x.shape[-2], x.dtype)}
+
+    return HFLayer("gpt2", module, spec, to_attnid, from_attnid, forward_kwargs)
+
+
+def _gpt_neox(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
+    """GPT-NeoX (Pythia): one query_key_value Linear whose rows run head by head, [q k v] within a head."""
+    from transformers import GPTNeoXConfig
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention, GPTNeoXRotaryEmbedding
+
+    rope = {"rope_type": "default", "rope_theta": spec.rope_base, "partial_rotary_factor": spec.rope_dims / spec.head_dim}
+    config = GPTNeoXConfig(hidden_size=spec.d_model, num_attention_heads=spec.heads, num_hidden_layers=1,
+                           attention_bias=True, rope_parameters=rope, attn_implementation=SOFTMAX_IN_FLOAT64)
+    module = _randomise(GPTNeoXAttention(config, layer_idx=0), generator, spec.d_model**-0.5)
+    rotary = GPTNeoXRotaryEmbedding(config).to(torch.float64)
+    d, h, k = spec.d_model, spec.heads, spec.head_dim
+
+    def to_attnid(w: Params) -> dict[str, torch.Tensor]:
+        qkv = w["query_key_value.weight"].T.reshape(d, h, 3, k).permute(2, 1, 0, 3)  # (3, h, d, k)
+        b = w["query_key_value.bias"].reshape(h, 3, k)
+        return {"W_Q": qkv[0], "W_K": qkv[1], "W_V": qkv[2], "W_O": w["dense.weight"].T.reshape(h, k, d),
+                "b_Q": b[:, 0], "b_K": b[:, 1], "b_V": b[:, 2], "b_O": w["dense.bias"]}
+
+    def from_attnid(p: Params) -> dict[str, torch.Tensor]:
+        qkv = torch.stack([p["W_Q"], p["W_K"], p["W_V"]]).permute(2, 1, 0, 3).reshape(d, 3 * d)
+        bias = torch.stack([p["b_Q"], p["b_K"], p["b_V"]], dim=1).reshape(-1)
+        return {"query_key_value.weight": qkv.T, "query_key_value.bias": bias,
+                "dense.weight": p["W_O"].reshape(d, d).T, "dense.bias": p["b_O"]}
+
+    def forward_kwargs(x: torch.Tensor) -> dict:
+        positions = torch.arange(x.shape[-2])[None].expand(x.shape[0], -1)
+        return {"attention_mask": causal_mask(x.shape[-2], x.dtype), "position_embeddings": rotary(x, positions)}
+
+    return HFLayer("gpt_neox", module, spec, to_attnid, from_attnid, forward_kwargs)
+
+
+def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_dim: int = 4,
+                rope_fraction: float = 1.0) -> AttentionSpec:
+    """The attnid layout of a family's attention at a small size (biases and normalisation as in the family)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    d = heads * head_dim
+    if family == "gpt2":
+        return AttentionSpec.create(d, heads, bias="qkvo", causal=True)
+    if family == "gpt_neox":
+        return AttentionSpec.create(d, heads, bias="qkvo", rope_fraction=rope_fraction, causal=True)
+    kv = heads if kv_heads is None else kv_heads
+    bias = {"llama": "none", "qwen2": "qkv", "gpt_oss": "qkvo"}[family]
+    norm = "sink" if family == "gpt_oss" else "softmax"
+    return AttentionSpec.create(d, heads, kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim, bias=bias,
+                                rope_fraction=1.0, causal=True, norm=norm, sink_learned=family == "gpt_oss")
+
+
+def build(family: str, spec: AttentionSpec, seed: int = 0) -> HFLayer:
+    """The family's transformers attention module for ``spec`` (see ``family_spec``), random float64 weights."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    generator = torch.Generator().manual_seed(seed)
+    if family == "gpt2":
+        return _gpt2(spec, generator)
+    if family == "gpt_neox":
+        return _gpt_neox(spec, generator)
+    return _linear_family(family, spec, generator)
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """What one family's real module says about attnid's predictions (errors relative to the output size)."""
+
+    family: str
+    spec: AttentionSpec
+    same_function: float   # attnid.forward vs the module, same weights
+    symmetry_change: float  # output change under a random predicted symmetry
+    off_orbit_change: float  # output change for a 1e-4 step orthogonal to the predicted orbit
+    total: int
+    exact: int | None
+    numeric: int
+
+
+def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 8) -> CrossCheck:
+    """Build the family's module and test attnid's layer, symmetries and count against it."""
+    from . import symmetry as sym
+    from .counts import count
+    from .jacobian import flatten, functional_rank, unflatten
+    from .layer import forward
+    from .verify import default_inputs
+
+    layer = build(family, spec, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(3, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
+    weights = layer.weights()
+    y = layer.output(weights, x)
+    scale = float(y.abs().max())
+    params = layer.to_attnid(weights)
+    same = float((forward(params, x, spec) - y).abs().max()) / scale
+    moved = sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5))
+    symmetry_change = float((layer.output(layer.from_attnid(moved), x) - y).abs().max()) / scale
+    basis = sym.orbit_tangent(params, spec)
+    _, across = sym.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
+    nudged = unflatten(flatten(params) + 1e-4 * across / across.norm(), params)
+    off = float((layer.output(layer.from_attnid(nudged), x) - y).abs().max()) / scale
+    inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
+              for _ in range(default_inputs(spec, seq_len) + 2)]
+    decision = functional_rank(layer.output, weights, inputs).require_clear()
+    return CrossCheck(family, spec, same, symmetry_change, off, decision.n_params, count(spec).unidentified,
+                      decision.nullity)

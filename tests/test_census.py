@@ -1,0 +1,114 @@
+"""The census: shipped layouts load, counts follow the theory, malformed files get clear errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnid.census import SHIPPED, bias_status, census, load_layouts, parse_layout
+from attnid.cli import main
+from attnid.spec import AttentionSpec
+
+PAPER_MODELS = {"gpt2", "bert-base", "pythia-160m", "llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2-7b", "falcon-7b",
+                "phi-2", "gemma-7b", "olmo-2-7b", "gpt-oss-20b", "deepseek-v2"}
+
+
+def test_shipped_layouts_cover_the_paper_table() -> None:
+    layouts = {lay.key: lay for lay in load_layouts()}
+    assert PAPER_MODELS <= set(layouts)
+    assert all(lay.source for lay in layouts.values()), "every entry names its source"
+    assert not layouts["olmo-2-7b"].covered and not layouts["deepseek-v2"].covered
+    assert layouts["mistral-7b"].covered  # a sliding window does not change the count
+
+
+def test_census_rows_follow_the_counts() -> None:
+    rows = {row.layout.key: row.record() for row in census(load_layouts())}
+    llama2 = rows["llama-2-7b"]
+    # MHA with full RoPE, no biases: H (d_k + d_v^2) per layer
+    assert llama2["unidentified_per_layer"] == 32 * (128 + 128**2)
+    assert llama2["parameters_all_layers"] == 32 * 4 * 4096**2
+    # GQA with RoPE: G (d_k + d_v^2)
+    assert rows["llama-3-8b"]["unidentified_per_layer"] == 8 * (128 + 128**2)
+    # multi-query Falcon: one group
+    assert rows["falcon-7b"]["unidentified_per_layer"] == 64 + 64**2
+    assert rows["olmo-2-7b"]["ratio"] is None and rows["deepseek-v2"]["unidentified_all_layers"] is None
+    assert rows["gpt2"]["biases"]["k"].startswith("dead")
+    assert rows["qwen2-7b"]["biases"]["k"].startswith("alive")
+    assert rows["gpt-oss-20b"]["biases"]["v"].startswith("identified")
+    for key, r in rows.items():
+        if r["ratio"] is not None:
+            assert r["ratio"] <= r["plain_mha_ratio"] + 1e-15, key
+
+
+def test_bias_status_under_partial_rope() -> None:
+    status = bias_status(AttentionSpec.create(8, 1, bias="qkvo", rope_fraction=0.5))
+    assert status == {"q": "identified", "k": "alive on 4 rotated coordinates, dead on 4",
+                      "v": "folded into the output bias", "o": "identified"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4}, "missing field"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 0}, "layers must be a positive integer"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 3, "head_dim": 4, "layers": 1}, "must divide heads"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "size": 3}, "unknown field"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "uncovered": ["moe"]}, "uncovered"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "sink": "maybe"}, "sink"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "bias": "qz"}, "unknown letter"),
+        ("not a mapping", "must be a mapping"),
+    ],
+)
+def test_malformed_entries_name_the_entry_and_field(entry: object, message: str) -> None:
+    with pytest.raises(ValueError, match=f"layout 'm'.*{message}"):
+        parse_layout("m", entry)
+
+
+def test_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot read"):
+        load_layouts(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [1, 2\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_layouts(bad)
+    bad.write_text("layouts: {}\n")
+    with pytest.raises(ValueError, match="top-level 'models'"):
+        load_layouts(bad)
+
+
+def test_census_cli(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    assert main(["census", "--model", "gpt2", "falcon-7b", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert [m["model"] for m in record["models"]] == ["gpt2", "falcon-7b"]
+    assert main(["census"]) == 0
+    assert "deepseek-v2" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["census", "--model", "gpt-5"])
+    assert exc.value.code == 2 and "unknown model(s) gpt-5" in capsys.readouterr().err
+    user = tmp_path / "mine.yaml"
+    user.write_text("models:\n  tiny:\n    d_model: 8\n    heads: 2\n    kv_heads: 1\n    head_dim: 4\n    layers: 2\n")
+    assert main(["census", "--file", str(user), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"][0]["unidentified_per_layer"] == 16 + 16
+
+
+def test_shipped_file_is_the_package_one() -> None:
+    assert SHIPPED.name == "architectures.yaml" and SHIPPED.is_file()
+
+
+LAYOUT_FIELD = {"n_embd": "d_model", "hidden_size": "d_model", "n_head": "heads", "num_attention_heads": "heads",
+                "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "n_layer": "layers",
+                "num_hidden_layers": "layers"}
+
+
+@pytest.mark.parametrize("layout", [lay for lay in load_layouts() if lay.transformers_check], ids=lambda lay: lay.key)
+def test_layout_matches_the_transformers_config_defaults(layout) -> None:
+    import transformers
+
+    check = layout.transformers_check
+    config = getattr(transformers, check["config"])()  # defaults only: nothing is downloaded
+    for field, expected in check["fields"].items():
+        assert getattr(config, field) == expected, (layout.key, field)
+        if field in LAYOUT_FIELD:
+            attr = LAYOUT_FIELD[field]
+            ours = layout.layers if attr == "layers" else getattr(layout.spec, attr)
+            assert ours == expected, (layout.key, field, ours)
