@@ -107,7 +107,9 @@ def test_layout_matches_the_transformers_config_defaults(layout) -> None:
     check = layout.transformers_check
     config = getattr(transformers, check["config"])()  # defaults only: nothing is downloaded
     for field, expected in check["fields"].items():
-        assert getattr(config, field) == expected, (layout.key, field)
+        attr, _, key = field.partition(".")  # "rope_parameters.rope_theta" reads a key of a dict attribute
+        value = getattr(config, attr)[key] if key else getattr(config, attr)
+        assert value == expected, (layout.key, field, value)
         if field in LAYOUT_FIELD:
             attr = LAYOUT_FIELD[field]
             ours = layout.layers if attr == "layers" else getattr(layout.spec, attr)
