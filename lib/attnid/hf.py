@@ -10,8 +10,8 @@ chapter or a test can check, on code written by others, that
 * the numeric nullity of the module's own Jacobian equals ``attnid.counts.count``.
 
 Every module gets an explicit additive causal mask, so the masking is the same in both
-implementations, and runs its softmax in float64 (see ``SOFTMAX_IN_FLOAT64``). Nothing is downloaded: only configuration classes and
-module code from the installed package are used.
+implementations, and runs its softmax in float64 (see ``SOFTMAX_IN_FLOAT64``). Nothing is
+downloaded: only configuration classes and module code from the installed package are used.
 """
 
 from __future__ import annotations
