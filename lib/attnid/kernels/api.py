@@ -1,0 +1,296 @@
+"""`attention`: checks its inputs, picks a backend, and wires the Triton kernels into autograd.
+
+Three custom operators wrap the kernel launches (forward, forward-mode tangent, backward). Each has
+a vmap rule that folds the vmapped dimension into the batch dimension, so `torch.func.vmap`,
+`jacfwd` and `jacrev` reach the kernels as one launch. `_FlashAttention` (an autograd.Function)
+supplies the derivatives: `backward` for reverse mode, `jvp` for forward mode (the fused tangent
+kernel), and lets torch generate its vmap rule from those operators.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .reference import reference_attention
+
+BACKENDS = ("auto", "triton", "reference")
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A checked call: everything but the tensors."""
+
+    causal: bool
+    rope_dims: int
+    rope_base: float
+    scale: float
+
+
+def _shape(name: str, x: Any) -> tuple[int, int, int, int]:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must have 4 dimensions (batch, heads, tokens, width); got shape {tuple(x.shape)}")
+    return tuple(x.shape)  # type: ignore[return-value]
+
+
+def check_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, rope_fraction: float, rope_base: float,
+    sink: torch.Tensor | None, scale: float | None,
+) -> Problem:
+    """Raise TypeError/ValueError naming the bad argument; return the checked problem."""
+    (b, h, n, d), (bk, g, nk, dk), (bv, gv, nv, _) = _shape("q", q), _shape("k", k), _shape("v", v)
+    if (bk, nk, dk) != (b, n, d):
+        raise ValueError(f"k must have shape (B, G, N, D) = ({b}, G, {n}, {d}) to match q {tuple(q.shape)}; got {tuple(k.shape)}")
+    if (bv, gv, nv) != (b, g, n):
+        raise ValueError(f"v must have shape (B, G, N, Dv) = ({b}, {g}, {n}, Dv) to match q and k; got {tuple(v.shape)}")
+    if g < 1 or h % g != 0:
+        raise ValueError(f"the key/value heads G={g} must divide the query heads H={h}")
+    if min(b, n, d, v.shape[-1]) < 1:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, v {tuple(v.shape)}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {x.dtype}, q has {q.dtype}: q, k and v must share one dtype")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device}, q on {q.device}: q, k and v must share one device")
+    if not q.dtype.is_floating_point:
+        raise TypeError(f"q, k and v must be floating point, got {q.dtype}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if not 0.0 <= rope_fraction <= 1.0:
+        raise ValueError(f"rope_fraction must lie in [0, 1], got {rope_fraction!r}")
+    rope_dims = round(rope_fraction * d)
+    if not math.isclose(rope_dims, rope_fraction * d, abs_tol=1e-9) or rope_dims % 2:
+        raise ValueError(f"rope_fraction * D = {rope_fraction} * {d} must be an even whole number of columns")
+    if not (math.isfinite(rope_base) and rope_base > 1.0):
+        raise ValueError(f"rope_base must be a finite number above 1, got {rope_base!r}")
+    if sink is not None:
+        if not isinstance(sink, torch.Tensor) or tuple(sink.shape) != (h,):
+            raise ValueError(f"sink must be a tensor of shape (H,) = ({h},), one logit per query head; got {sink!r}")
+        if sink.device != q.device or not sink.dtype.is_floating_point:
+            raise ValueError(f"sink must be a floating tensor on {q.device}; got {sink.dtype} on {sink.device}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    return Problem(causal, rope_dims, float(rope_base), float(scale))
+
+
+def choose_backend(backend: str, q: torch.Tensor, v: torch.Tensor) -> str:
+    """'triton' or 'reference'; raise if 'triton' is asked for where it cannot run."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if backend == "auto":
+        return "triton" if q.is_cuda else "reference"
+    if backend == "reference":
+        return backend
+    if q.dtype not in TRITON_DTYPES:
+        raise TypeError(f"backend='triton' takes float16, bfloat16 or float32; got {q.dtype} (use backend='reference')")
+    for name, width in (("q/k", q.shape[-1]), ("v", v.shape[-1])):
+        if not MIN_HEAD_DIM <= width <= MAX_HEAD_DIM:
+            raise ValueError(f"backend='triton' takes head widths {MIN_HEAD_DIM} to {MAX_HEAD_DIM}; {name} has {width}")
+    if not q.is_cuda:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(
+                f"backend='triton' needs a CUDA tensor (got one on {q.device}); on a CPU set TRITON_INTERPRET=1 "
+                "before importing attnid.kernels to run the kernels in Triton's interpreter"
+            )
+        if q.dtype != torch.float32:
+            raise TypeError(f"Triton's CPU interpreter runs float32 only; got {q.dtype}")
+    return "triton"
+
+
+# ------------------------------------------------------------------------------------------------
+# Custom operators around the launches, with vmap rules
+# ------------------------------------------------------------------------------------------------
+
+
+def _flash():
+    """The kernel module, imported on first use so that TRITON_INTERPRET is read as late as possible."""
+    from . import flash
+
+    if not flash.INTERPRETED and not torch.cuda.is_available():
+        raise RuntimeError("attnid.kernels.flash was imported without TRITON_INTERPRET=1 on a machine without CUDA")
+    return flash
+
+
+def _config(causal: bool, rope_dims: int, rope_base: float, scale: float):
+    return _flash().Config(causal, rope_dims, rope_base, scale)
+
+
+@torch.library.custom_op("attnid::flash_forward", mutates_args=())
+def flash_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+    causal: bool, rope_dims: int, rope_base: float, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) from the Triton forward kernel."""
+    out, lse, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
+                                   _config(causal, rope_dims, rope_base, scale))
+    return out, lse
+
+
+@torch.library.custom_op("attnid::flash_tangent", mutates_args=())
+def flash_tangent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+    tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor,
+    causal: bool, rope_dims: int, rope_base: float, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, tangent of out, lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
+    tangents = (tq.contiguous(), tk.contiguous(), tv.contiguous())
+    out, lse, t_out = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
+                                       _config(causal, rope_dims, rope_base, scale), tangents)
+    return out, t_out, lse
+
+
+@torch.library.custom_op("attnid::flash_backward", mutates_args=())
+def flash_backward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor,
+    causal: bool, rope_dims: int, rope_base: float, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, delta) from the Triton backward kernels; delta = rowsum(d_out * out)."""
+    return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
+                             d_out, _config(causal, rope_dims, rope_base, scale))
+
+
+@flash_forward.register_fake
+def _(q, k, v, sink, causal, rope_dims, rope_base, scale):
+    return q.new_empty((*q.shape[:3], v.shape[-1])), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@flash_tangent.register_fake
+def _(q, k, v, sink, tq, tk, tv, causal, rope_dims, rope_base, scale):
+    out = q.new_empty((*q.shape[:3], v.shape[-1]))
+    return out, torch.empty_like(out), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@flash_backward.register_fake
+def _(q, k, v, out, lse, d_out, causal, rope_dims, rope_base, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse)
+
+
+def _fold_vmap(op: Callable) -> Callable:
+    """A vmap rule for an operator whose tensors all lead with the batch dimension B, except the sink (H,).
+
+    The vmapped dimension (size T) is folded into B: batched tensors are moved to the front and
+    merged (T*B), unbatched ones are expanded to match. If the sink itself is vmapped it cannot be
+    folded; the rule then loops over T.
+    """
+
+    def rule(info: Any, in_dims: tuple, *args: Any) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
+        size = info.batch_size
+        sink_batched = any(isinstance(a, torch.Tensor) and a.dim() == 1 and d is not None for a, d in zip(args, in_dims))
+        if sink_batched:
+            slices = [op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)]) for i in range(size)]
+            return tuple(torch.stack(parts) for parts in zip(*slices)), (0,) * len(slices[0])
+        folded = []
+        for a, d in zip(args, in_dims):
+            if isinstance(a, torch.Tensor) and a.dim() > 1:
+                a = a.movedim(d, 0) if d is not None else a.expand(size, *a.shape)
+                a = a.reshape(size * a.shape[1], *a.shape[2:])
+            folded.append(a)
+        outputs = op(*folded)
+        return tuple(o.reshape(size, -1, *o.shape[1:]) for o in outputs), (0,) * len(outputs)
+
+    return rule
+
+
+for _op in (flash_forward, flash_tangent, flash_backward):
+    torch.library.register_vmap(_op, _fold_vmap(_op))
+
+
+class _FlashAttention(torch.autograd.Function):
+    """out, lse = attention(q, k, v, sink); reverse mode through the backward kernels, forward mode through the tangent kernel."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(q, k, v, sink, problem: Problem):  # type: ignore[override]
+        return flash_forward(q, k, v, sink, problem.causal, problem.rope_dims, problem.rope_base, problem.scale)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[override]
+        q, k, v, sink, problem = inputs
+        out, lse = output
+        ctx.problem = problem
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, sink, out, lse)
+        ctx.save_for_forward(q, k, v, sink, out, lse)
+
+    @staticmethod
+    def backward(ctx, d_out, _d_lse):  # type: ignore[override]
+        q, k, v, sink, out, lse = ctx.saved_tensors
+        p = ctx.problem
+        dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, p.causal, p.rope_dims, p.rope_base, p.scale)
+        d_sink = None
+        if sink is not None and ctx.needs_input_grad[3]:
+            # d out_i / d sink = -p_sink_i out_i, so dL/dsink_h = -sum_{b,i} p_sink_i delta_i
+            d_sink = -(_sink_weight(sink, lse) * delta).sum(dim=(0, 2)).to(sink.dtype)
+        return dq, dk, dv, d_sink, None
+
+    @staticmethod
+    def jvp(ctx, tq, tk, tv, t_sink, _problem):  # type: ignore[override]
+        q, k, v, sink, out, lse = ctx.saved_tensors
+        p = ctx.problem
+        tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
+        _, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, p.causal, p.rope_dims, p.rope_base, p.scale)
+        if sink is not None and t_sink is not None:
+            t_out = t_out - (_sink_weight(sink, lse)[..., None] * out * t_sink[:, None, None]).to(t_out.dtype)
+        return t_out, None
+
+
+def _sink_weight(sink: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """The sink's share of each row's denominator, exp(sink_h - lse) of shape (B, H, N)."""
+    return torch.exp(sink.float()[:, None] - lse)
+
+
+# ------------------------------------------------------------------------------------------------
+# Public functions
+# ------------------------------------------------------------------------------------------------
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, rope_fraction: float = 0.0,
+    rope_base: float = 10000.0, sink: torch.Tensor | None = None, scale: float | None = None, backend: str = "auto",
+) -> torch.Tensor:
+    """Multi-head attention with GQA, RoPE and an optional sink; returns (B, H, N, Dv).
+
+    q (B, H, N, D), k (B, G, N, D), v (B, G, N, Dv), G dividing H; query head h uses key/value head
+    h // (H / G). RoPE rotates the first r = rope_fraction * D columns of q and k (rotate-half,
+    positions 0..N-1, frequencies rope_base^(-2i/r)). `sink` (H,) adds exp(sink_h) to each row's
+    softmax denominator. `scale` defaults to 1/sqrt(D). backend: 'triton' (CUDA, or the CPU
+    interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
+    Differentiable in reverse mode (`backward`) and forward mode (`torch.func.jvp`, `jacfwd`).
+    """
+    problem = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
+    if choose_backend(backend, q, v) == "reference":
+        return reference_attention(q, k, v, causal=problem.causal, rope_dims=problem.rope_dims,
+                                   rope_base=problem.rope_base, sink=sink, scale=problem.scale)
+    return _FlashAttention.apply(q, k, v, sink, problem)[0]
+
+
+def attention_jvp(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor, *,
+    causal: bool = False, rope_fraction: float = 0.0, rope_base: float = 10000.0, sink: torch.Tensor | None = None,
+    scale: float | None = None, backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, tangent of out) for tangents (tq, tk, tv) shaped like (q, k, v): one fused pass on Triton."""
+    problem = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
+    for name, t, x in (("tq", tq, q), ("tk", tk, k), ("tv", tv, v)):
+        if not isinstance(t, torch.Tensor) or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
+            raise ValueError(f"{name} must match {name[1]} in shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})")
+    if choose_backend(backend, q, v) == "reference":
+        return torch.func.jvp(
+            lambda a, b, c: reference_attention(a, b, c, causal=problem.causal, rope_dims=problem.rope_dims,
+                                                rope_base=problem.rope_base, sink=sink, scale=problem.scale),
+            (q, k, v), (tq, tk, tv),
+        )
+    out, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, problem.causal, problem.rope_dims, problem.rope_base,
+                                  problem.scale)
+    return out, t_out

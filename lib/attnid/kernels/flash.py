@@ -1,0 +1,422 @@
+"""Triton kernels: FlashAttention-2 forward, backward and forward-mode (JVP), with GQA, RoPE and a sink.
+
+Layout: q (B, H, N, D), k (B, G, N, D), v (B, G, N, DV); query head h reads key/value head
+h // (H / G), by index, so K and V are never repeated in memory. RoPE (rotate-half, on the first
+R columns) is applied to q and k as tiles are loaded, from float32 cos/sin tables (N, R) that were
+computed in float64. Every kernel keeps float32 accumulators. Scores are carried in base-2 units
+(times log2 e) so the online softmax can use exp2; the log-sum-exp handed between kernels is in
+natural units.
+
+Importing this module decides how Triton runs: compiled for CUDA, or, with TRITON_INTERPRET=1 set
+before the import, simulated on the CPU with numpy (float32 only there; slow; for tests).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+INTERPRETED: bool = bool(knobs.runtime.interpret)
+LOG2E = 1.4426950408889634
+# Tests set this to True: every output is allocated full of NaN, so an element a kernel forgets to
+# write cannot pass for a correct one.
+POISON_OUTPUTS = False
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the kernels need to know besides the tensors."""
+
+    causal: bool
+    rope_dims: int  # R: rotated columns, even, 0 for no RoPE
+    rope_base: float
+    scale: float
+
+
+# ----------------------------------------------------------------------------------------------
+# Tile helpers
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_rotated(ptr, pos, cols, stride_n, n_ctx, cos_ptr, sin_ptr, D: tl.constexpr, R: tl.constexpr):
+    """Rows `pos` of one head's (N, D) matrix as float32, RoPE applied to the first R columns.
+
+    rotate-half: x_rot[c] = x[c] cos + sign(c) x[partner(c)] sin, partner(c) = c +- R/2,
+    sign = -1 on the first half of the rotated columns, +1 on the second.
+    """
+    rows_ok = pos[:, None] < n_ctx
+    x = tl.load(ptr + pos[:, None] * stride_n + cols[None, :], mask=rows_ok & (cols[None, :] < D), other=0.0)
+    x = x.to(tl.float32)
+    if R > 0:
+        half: tl.constexpr = R // 2
+        in_rope = rows_ok & (cols[None, :] < R)
+        partner = tl.where(cols < half, cols + half, cols - half)
+        sign = tl.where(cols < half, -1.0, 1.0)
+        x_partner = tl.load(ptr + pos[:, None] * stride_n + partner[None, :], mask=in_rope, other=0.0)
+        cos = tl.load(cos_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=1.0)
+        sin = tl.load(sin_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=0.0)
+        x = x * cos + sign[None, :] * x_partner.to(tl.float32) * sin
+    return x
+
+
+@triton.jit
+def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, D_PAD: tl.constexpr, R: tl.constexpr):
+    """The transpose of RoPE applied to a float32 tile held in registers: y cos - rotate_half(y) sin.
+
+    Registers cannot be gathered, so rotate_half is a product with the signed permutation matrix
+    P (P[a, b] = -1 for b < R/2, a = b + R/2; +1 for R/2 <= b < R, a = b - R/2), exact in IEEE mode.
+    """
+    half: tl.constexpr = R // 2
+    a = tl.arange(0, D_PAD)[:, None]
+    b = tl.arange(0, D_PAD)[None, :]
+    perm = tl.where((b < half) & (a == b + half), -1.0, tl.where((b >= half) & (b < R) & (a == b - half), 1.0, 0.0))
+    y_half = tl.dot(y, perm, input_precision="ieee")
+    in_rope = (pos[:, None] < n_ctx) & (cols[None, :] < R)
+    cos = tl.load(cos_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=1.0)
+    sin = tl.load(sin_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=0.0)
+    return y * cos - y_half * sin
+
+
+@triton.jit
+def _visible(offs_m, offs_n, n_ctx, CAUSAL: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) mask of the (query, key) pairs that take part: keys in range, causal order.
+
+    Query rows past the end need no mask: they load as zeros (q, dO, delta), so they add nothing.
+    """
+    ok = offs_n[None, :] < n_ctx
+    if CAUSAL:
+        ok = ok & (offs_n[None, :] <= offs_m[:, None])
+    return ok
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward (and, with TANGENT, the forward-mode derivative in the same pass)
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _forward_kernel(
+    Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_on,
+    n_ctx, n_heads, group_size, scale,
+    D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_SINK: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program: BLOCK_M queries of one (batch, head). Online softmax over key blocks.
+
+    With TANGENT it also carries, for tangents (tq, tk, tv), the score tangent
+    ds = (tq k^T + q tk^T) scale and three more accumulators rescaled like the others:
+    g = sum p ds, acc_t = sum (p ds) v + p tv. Then tangent_out = acc_t / l - (g / l) out.
+    """
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    g = h // group_size  # the key/value head this query head shares
+    dtype = Q.dtype.element_ty
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, D_PAD)
+    cols_v = tl.arange(0, DV_PAD)
+    q_off = b * stride_qb + h * stride_qh
+    k_off = b * stride_kb + g * stride_kh
+    v_off = b * stride_vb + g * stride_vh
+    q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+    qk_scale = scale * 1.4426950408889634  # scores in base-2 units
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+    if TANGENT:
+        tq = _load_rotated(TQ + q_off, offs_m, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+        g_i = tl.zeros([BLOCK_M], tl.float32)
+        acc_t = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+
+    # Causal: key blocks wholly above the diagonal are never visited.
+    hi = n_ctx
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, n_ctx)
+    for start_n in range(0, hi, BLOCK_N):
+        keys = start_n + offs_n
+        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+        v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+        v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+        visible = _visible(offs_m, keys, n_ctx, CAUSAL)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # rescales everything accumulated so far
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision=PRECISION)
+        if TANGENT:
+            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+            tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+            ds = tl.dot(tq, tl.trans(k), input_precision=PRECISION) + tl.dot(q, tl.trans(tk), input_precision=PRECISION)
+            pds = p * tl.where(visible, ds * scale, 0.0)
+            g_i = g_i * alpha + tl.sum(pds, 1)
+            acc_t = acc_t * alpha[:, None] + tl.dot(pds.to(dtype), v, input_precision=PRECISION)
+            acc_t += tl.dot(p.to(dtype), tv, input_precision=PRECISION)
+        m_i = m_new
+
+    if HAS_SINK:  # one more logit per head, in the denominator only
+        sink = tl.load(Sink + h).to(tl.float32) * 1.4426950408889634
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.exp2(sink - m_new)
+        acc = acc * alpha[:, None]
+        if TANGENT:
+            g_i = g_i * alpha
+            acc_t = acc_t * alpha[:, None]
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    rows_ok = offs_m < n_ctx
+    o_ptrs = b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + cols_v[None, :]
+    o_mask = rows_ok[:, None] & (cols_v[None, :] < DV)
+    tl.store(Out + o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+    tl.store(Lse + bh * n_ctx + offs_m, (m_i + tl.log2(l_i)) / 1.4426950408889634, mask=rows_ok)
+    if TANGENT:
+        t_out = acc_t / l_i[:, None] - (g_i / l_i)[:, None] * out
+        tl.store(TOut + o_ptrs, t_out.to(TOut.dtype.element_ty), mask=o_mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward: dK and dV per key block (summed over the group's query heads), then dQ per query block
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _backward_dkdv_kernel(
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_on,
+    n_ctx, n_heads, n_kv_heads, group_size, scale,
+    D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program: BLOCK_N keys of one (batch, key/value head); loops over every query of the group.
+
+    Works with transposed scores sT (keys x queries): pT = exp(sT - lse), dV += pT dO,
+    dsT = pT (V dO^T - delta), dK_rot += dsT q_rot scale, then dK = RoPE^T dK_rot.
+    """
+    start_n = tl.program_id(0)
+    bg = tl.program_id(1)
+    b = bg // n_kv_heads
+    g = bg % n_kv_heads
+    dtype = K.dtype.element_ty
+    keys = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D_PAD)
+    cols_v = tl.arange(0, DV_PAD)
+    k_off = b * stride_kb + g * stride_kh
+    v_off = b * stride_vb + g * stride_vh
+    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+    v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+    v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
+    dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
+    qk_scale = scale * 1.4426950408889634
+
+    # Causal: query blocks wholly before this key block cannot see it.
+    lo = 0
+    if CAUSAL:
+        lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    for hh in range(0, group_size):
+        h = g * group_size + hh
+        q_off = b * stride_qb + h * stride_qh
+        o_off = b * stride_ob + h * stride_oh
+        row_off = (b * n_heads + h) * n_ctx
+        for start_m in range(lo, n_ctx, BLOCK_M):
+            queries = start_m + offs_m
+            q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+            do_mask = (queries[:, None] < n_ctx) & (cols_v[None, :] < DV)
+            do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
+            lse = tl.load(Lse + row_off + queries, mask=queries < n_ctx, other=0.0)
+            delta = tl.load(Delta + row_off + queries, mask=queries < n_ctx, other=0.0)
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+            p_t = tl.exp2(s_t - lse[None, :] * 1.4426950408889634)
+            p_t = tl.where(tl.trans(_visible(queries, keys, n_ctx, CAUSAL)), p_t, 0.0)
+            dv += tl.dot(p_t.to(dtype), do, input_precision=PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            ds_t = p_t * (dp_t - delta[None, :])
+            dk += tl.dot(ds_t.to(dtype), q, input_precision=PRECISION)
+
+    dk = dk * scale
+    if R > 0:
+        dk = _unrotate(dk, keys, cols, n_ctx, Cos, Sin, D_PAD, R)
+    k_mask = (keys[:, None] < n_ctx) & (cols[None, :] < D)
+    tl.store(DK + k_off + keys[:, None] * stride_kn + cols[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
+    tl.store(DV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], dv.to(DV_out.dtype.element_ty), mask=v_mask)
+
+
+@triton.jit
+def _backward_dq_kernel(
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DQ,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_on,
+    n_ctx, n_heads, group_size, scale,
+    D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program: BLOCK_M queries of one (batch, head). dQ_rot = sum_keys ds k_rot scale, then RoPE^T."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    g = h // group_size
+    dtype = Q.dtype.element_ty
+    queries = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, D_PAD)
+    cols_v = tl.arange(0, DV_PAD)
+    q_off = b * stride_qb + h * stride_qh
+    k_off = b * stride_kb + g * stride_kh
+    v_off = b * stride_vb + g * stride_vh
+    o_off = b * stride_ob + h * stride_oh
+    q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+    do_mask = (queries[:, None] < n_ctx) & (cols_v[None, :] < DV)
+    do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
+    lse = tl.load(Lse + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+    delta = tl.load(Delta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+    dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    qk_scale = scale * 1.4426950408889634
+
+    hi = n_ctx
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, n_ctx)
+    for start_n in range(0, hi, BLOCK_N):
+        keys = start_n + offs_n
+        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+        v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+        v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        p = tl.exp2(s - lse[:, None] * 1.4426950408889634)
+        p = tl.where(_visible(queries, keys, n_ctx, CAUSAL), p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
+
+    dq = dq * scale
+    if R > 0:
+        dq = _unrotate(dq, queries, cols, n_ctx, Cos, Sin, D_PAD, R)
+    q_mask = (queries[:, None] < n_ctx) & (cols[None, :] < D)
+    tl.store(DQ + q_off + queries[:, None] * stride_qn + cols[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------
+
+_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def rope_tables(n: int, rope_dims: int, base: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos/sin (n, R), computed in float64 by the reference's formula; cached per shape."""
+    from ..layer import rope_tables as reference_tables
+
+    key = (n, rope_dims, base, str(device))
+    if key not in _TABLES:
+        if rope_dims == 0:
+            empty = torch.ones(1, dtype=torch.float32, device=device)
+            _TABLES[key] = (empty, empty)
+        else:
+            cos, sin = reference_tables(n, rope_dims, base, torch.float64, device)
+            _TABLES[key] = (cos.float().contiguous(), sin.float().contiguous())
+    return _TABLES[key]
+
+
+def _blocks(d: int, dv: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps): small tiles in the interpreter, FA2-like tiles on a GPU."""
+    if INTERPRETED:
+        return 16, 16, 1
+    if max(d, dv) <= 64:
+        return 128, 64, 4
+    if max(d, dv) <= 128:
+        return 128, 32, 8
+    return 64, 32, 8
+
+
+def _new(shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    dtype = dtype or like.dtype
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
+    return torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _precision(dtype: torch.dtype) -> str | None:
+    """IEEE float32 products for float32 inputs (no silent TF32); the hardware default otherwise."""
+    return "ieee" if dtype == torch.float32 else None
+
+
+def _shared_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config) -> dict:
+    d, dv = q.shape[-1], v.shape[-1]
+    block_m, block_n, warps = _blocks(d, dv)
+    return dict(
+        D=d, DV=dv, D_PAD=max(16, triton.next_power_of_2(d)), DV_PAD=max(16, triton.next_power_of_2(dv)),
+        R=cfg.rope_dims, CAUSAL=cfg.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=warps,
+    )
+
+
+def forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, cfg: Config,
+    tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(out, lse, tangent_out): out (B, H, N, DV), lse (B, H, N) float32; tangent_out if tangents given."""
+    batch, heads, n, _ = q.shape
+    kv_heads, dv = k.shape[1], v.shape[-1]
+    out = _new((batch, heads, n, dv), q)
+    lse = _new((batch, heads, n), q, torch.float32)
+    t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
+    tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
+    cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
+    args = _shared_args(q, k, v, cfg)
+    grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
+    _forward_kernel[grid](
+        q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
+        t_out if t_out is not None else out, lse,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        n, heads, heads // kv_heads, cfg.scale,
+        HAS_SINK=sink is not None, TANGENT=tangents is not None, **args,
+    )
+    return out, lse, t_out
+
+
+def backward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    d_out: torch.Tensor, cfg: Config,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs."""
+    batch, heads, n, _ = q.shape
+    kv_heads = k.shape[1]
+    d_out = d_out.contiguous()
+    delta = (d_out.float() * out.float()).sum(-1).contiguous()
+    dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
+    cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
+    args = _shared_args(q, k, v, cfg)
+    # dq, dk, dv are written with the strides of q, k, v: the caller passes contiguous inputs.
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
+    grid_kv = (triton.cdiv(n, args["BLOCK_N"]), batch * kv_heads)
+    _backward_dkdv_kernel[grid_kv](
+        q, k, v, d_out, lse, delta, cos, sin, dk, dv, *strides,
+        n, heads, kv_heads, heads // kv_heads, cfg.scale, **args,
+    )
+    grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
+    _backward_dq_kernel[grid_q](
+        q, k, v, d_out, lse, delta, cos, sin, dq, *strides,
+        n, heads, heads // kv_heads, cfg.scale, **args,
+    )
+    return dq, dk, dv, delta
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)
