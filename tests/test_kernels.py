@@ -1,0 +1,241 @@
+"""The Triton kernels against a float64 reference, on fresh random inputs.
+
+On a machine without CUDA the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set here
+before the kernel module is first imported): float32, small shapes. Every kernel output is
+allocated full of NaN first (flash.POISON_OUTPUTS), so an element a kernel fails to write fails the
+comparison instead of passing with stale memory.
+
+Tolerance rule: a float32 kernel against float64 must agree to
+    |kernel - reference| <= TOL * (1 + max |reference|),   TOL = 2e-5,
+which is float32's unit roundoff (6e-8) times a budget of ~300 for sums over up to 97 keys, the
+exp/log of the online softmax and, for RoPE, float32 cos/sin tables.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from attnid.kernels import attention, attention_jvp, reference_attention  # noqa: E402
+from attnid.kernels import flash  # noqa: E402
+
+TOL = 2e-5
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# (N, H, G, causal, rope_fraction, sink, D, Dv): every length 1, 17, 97; group ratios 1, 2, 4 and
+# MQA (G = 1); causal on and off; RoPE fractions 0, 0.25, 1; with and without a sink; widths that
+# are and are not powers of two.
+CASES = [
+    (1, 2, 2, False, 0.0, False, 16, 16),
+    (1, 4, 1, True, 1.0, True, 32, 16),
+    (17, 2, 2, True, 0.25, False, 16, 16),
+    (17, 4, 2, False, 1.0, True, 32, 32),
+    (17, 8, 2, True, 0.0, True, 16, 24),
+    (17, 3, 1, False, 1.0, False, 16, 16),
+    (97, 4, 1, True, 1.0, False, 16, 16),
+    (97, 2, 1, False, 0.25, True, 24, 16),
+    (97, 4, 4, True, 0.0, True, 16, 16),
+    (33, 4, 2, True, 0.25, True, 32, 32),
+]
+
+
+def case_id(case: tuple) -> str:
+    n, h, g, causal, rope, sink, d, dv = case
+    return f"N{n}-H{h}G{g}-{'causal' if causal else 'full'}-rope{rope}-{'sink' if sink else 'nosink'}-D{d}Dv{dv}"
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flash, "POISON_OUTPUTS", True)
+
+
+def draw(case: tuple, gen: torch.Generator, batch: int = 2) -> tuple[dict, dict]:
+    """float32 inputs (q, k, v, sink) and the keyword arguments of the case."""
+    n, h, g, causal, rope, sink, d, dv = case
+    x = {"q": torch.randn(batch, h, n, d, generator=gen), "k": torch.randn(batch, g, n, d, generator=gen),
+         "v": torch.randn(batch, g, n, dv, generator=gen), "sink": torch.randn(h, generator=gen) if sink else None}
+    return {name: t.to(DEVICE) if t is not None else None for name, t in x.items()}, {"causal": causal, "rope_fraction": rope}
+
+
+def f64(x: dict) -> dict:
+    return {name: t.double() if t is not None else None for name, t in x.items()}
+
+
+def assert_close(kernel: torch.Tensor, reference: torch.Tensor, what: str) -> None:
+    assert kernel.shape == reference.shape, what
+    assert torch.isfinite(kernel).all(), f"{what}: non-finite values (an element was not written?)"
+    err = (kernel.double() - reference).abs().max().item()
+    bound = TOL * (1 + reference.abs().max().item())
+    assert err <= bound, f"{what}: max error {err:.3g} above {bound:.3g}"
+
+
+def run(x: dict, kw: dict, backend: str) -> torch.Tensor:
+    return attention(x["q"], x["k"], x["v"], sink=x["sink"], backend=backend, **kw)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_forward_matches_float64_reference(case: tuple, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen)
+    assert_close(run(x, kw, "triton"), run(f64(x), kw, "reference"), "output")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_gradients_match_float64_reference(case: tuple, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen)
+    x32 = {n: t.clone().requires_grad_() if t is not None else None for n, t in x.items()}
+    x64 = {n: t.double().requires_grad_() if t is not None else None for n, t in x.items()}
+    n, h, *_ = case
+    cotangent = torch.randn(x["q"].shape[0], h, n, x["v"].shape[-1], generator=gen).to(DEVICE)
+    (run(x32, kw, "triton") * cotangent).sum().backward()
+    (run(x64, kw, "reference") * cotangent.double()).sum().backward()
+    for name in x:
+        if x[name] is not None:
+            assert_close(x32[name].grad, x64[name].grad, f"d{name}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_jvp_matches_float64_reference(case: tuple, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen)
+    t, _ = draw(case, gen)  # tangents: fresh draws of the same shapes
+    names = [n for n in x if x[n] is not None]
+
+    def fn(backend: str, sink_given: bool):
+        def call(*tensors: torch.Tensor) -> torch.Tensor:
+            args = dict(zip(names, tensors))
+            return attention(args["q"], args["k"], args["v"], sink=args.get("sink"), backend=backend, **kw)
+        return call
+
+    out32, tan32 = torch.func.jvp(fn("triton", True), tuple(x[n] for n in names), tuple(t[n] for n in names))
+    x64, t64 = f64(x), f64(t)
+    out64, tan64 = torch.func.jvp(fn("reference", True), tuple(x64[n] for n in names), tuple(t64[n] for n in names))
+    assert_close(out32, out64, "output")
+    assert_close(tan32, tan64, "tangent")
+    # The public one-pass entry point agrees (tangents of q, k and v only; the sink held fixed).
+    out_f, tan_f = attention_jvp(x["q"], x["k"], x["v"], t["q"], t["k"], t["v"], sink=x["sink"], backend="triton", **kw)
+    _, tan_ref = torch.func.jvp(
+        lambda a, b, c: attention(a, b, c, sink=x64["sink"], backend="reference", **kw),
+        (x64["q"], x64["k"], x64["v"]), (t64["q"], t64["k"], t64["v"]),
+    )
+    assert_close(out_f, out64, "attention_jvp output")
+    assert_close(tan_f, tan_ref, "attention_jvp tangent")
+
+
+def test_jacfwd_and_jacrev_reach_the_kernels(gen: torch.Generator) -> None:
+    """torch.func.jacfwd (vmap over the JVP kernel) and jacrev (vmap over the backward kernels)."""
+    x, kw = draw((2, 1, 1, True, 1.0, True, 16, 16), gen, batch=1)
+    names = ("q", "k", "v", "sink")
+
+    def fn(backend: str):
+        return lambda q, k, v, s: attention(q, k, v, sink=s, backend=backend, **kw)
+
+    x64 = f64(x)
+    expected = torch.func.jacrev(fn("reference"), argnums=(0, 1, 2, 3))(*(x64[n] for n in names))
+    for transform in (torch.func.jacfwd, torch.func.jacrev):
+        got = transform(fn("triton"), argnums=(0, 1, 2, 3))(*(x[n] for n in names))
+        for name, a, b in zip(names, got, expected, strict=True):
+            assert_close(a, b, f"{transform.__name__} d out / d {name}")
+
+
+def test_vmap_folds_into_the_batch(gen: torch.Generator) -> None:
+    x, kw = draw((5, 2, 1, False, 0.5, False, 16, 16), gen, batch=1)
+    stack = torch.randn(3, *x["q"].shape, generator=gen).to(DEVICE)
+    got = torch.func.vmap(lambda q: attention(q, x["k"], x["v"], backend="triton", **kw))(stack)
+    for i in range(3):
+        assert_close(got[i], attention(stack[i].double(), x["k"].double(), x["v"].double(), backend="reference", **kw), f"slice {i}")
+
+
+def test_gqa_reads_shared_heads_by_index(gen: torch.Generator) -> None:
+    """G < H equals G = H with each key/value head repeated for its query heads (repeat_interleave)."""
+    x, kw = draw((9, 4, 2, True, 1.0, False, 16, 16), gen)
+    repeated = {**x, "k": x["k"].repeat_interleave(2, dim=1), "v": x["v"].repeat_interleave(2, dim=1)}
+    assert_close(run(x, kw, "triton"), run(f64(repeated), kw, "reference"), "GQA vs repeated heads")
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference itself, against an independent per-head loop (complex-number RoPE, explicit sink)
+# ---------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, *, causal: bool, rope_fraction: float, sink, base: float = 10000.0) -> torch.Tensor:
+    b, h, n, d = q.shape
+    g = k.shape[1]
+    r = round(rope_fraction * d)
+
+    def rope(x: torch.Tensor) -> torch.Tensor:
+        if r == 0:
+            return x
+        half = r // 2
+        z = torch.complex(x[..., :half], x[..., half:r])  # pairs (i, i + r/2) as complex numbers
+        angle = torch.arange(n, dtype=x.dtype)[:, None] * base ** (-2 * torch.arange(half, dtype=x.dtype) / r)
+        z = z * torch.polar(torch.ones_like(angle), angle)
+        return torch.cat([z.real, z.imag, x[..., r:]], dim=-1)
+
+    out = torch.empty(b, h, n, v.shape[-1], dtype=q.dtype)
+    for head in range(h):
+        kv = head // (h // g)
+        scores = rope(q[:, head]) @ rope(k[:, kv]).transpose(-1, -2) / math.sqrt(d)
+        if causal:
+            scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+        weights = scores.exp()
+        denominator = weights.sum(-1, keepdim=True) + (sink[head].exp() if sink is not None else 0.0)
+        out[:, head] = (weights / denominator) @ v[:, kv]
+    return out
+
+
+@pytest.mark.parametrize("case", CASES[:6], ids=case_id)
+def test_reference_matches_a_per_head_loop(case: tuple, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen)
+    x = {n: t.cpu() if t is not None else None for n, t in f64(x).items()}
+    got = reference_attention(x["q"], x["k"], x["v"], causal=kw["causal"], rope_dims=round(kw["rope_fraction"] * x["q"].shape[-1]),
+                              rope_base=10000.0, sink=x["sink"], scale=x["q"].shape[-1] ** -0.5)
+    assert (got - naive(x["q"], x["k"], x["v"], sink=x["sink"], **kw)).abs().max() < 1e-12
+
+
+def test_auto_uses_the_reference_off_cuda(gen: torch.Generator) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("auto picks Triton on CUDA")
+    x, kw = draw(CASES[3], gen)
+    assert torch.equal(run(x, kw, "auto"), run(x, kw, "reference"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: clear, specific errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _qkv(h: int = 4, g: int = 2, d: int = 16, dtype: torch.dtype = torch.float32):
+    return torch.zeros(1, h, 5, d, dtype=dtype), torch.zeros(1, g, 5, d, dtype=dtype), torch.zeros(1, g, 5, d, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (lambda q, k, v: dict(q=q, k=k[:, :1].expand(1, 3, 5, 16), v=v[:, :1].expand(1, 3, 5, 16)), ValueError, "G=3 must divide"),
+        (lambda q, k, v: dict(q=q, k=k[..., :8], v=v), ValueError, "k must have shape"),
+        (lambda q, k, v: dict(q=q, k=k, v=v[:, :, :4]), ValueError, "v must have shape"),
+        (lambda q, k, v: dict(q=q[0], k=k, v=v), ValueError, "q must have 4 dimensions"),
+        (lambda q, k, v: dict(q=q, k=k.double(), v=v), TypeError, "k has dtype"),
+        (lambda q, k, v: dict(q=q, k=k, v=v, rope_fraction=0.1875), ValueError, "even whole number"),
+        (lambda q, k, v: dict(q=q, k=k, v=v, rope_fraction=1.5), ValueError, "rope_fraction must lie"),
+        (lambda q, k, v: dict(q=q, k=k, v=v, sink=torch.zeros(2)), ValueError, "sink must be a tensor of shape"),
+        (lambda q, k, v: dict(q=q, k=k, v=v, scale=-1.0), ValueError, "scale must be"),
+        (lambda q, k, v: dict(q=q, k=k, v=v, backend="cuda"), ValueError, "backend must be one of"),
+        (lambda q, k, v: dict(q=q.double(), k=k.double(), v=v.double(), backend="triton"), TypeError, "float16, bfloat16 or float32"),
+        (lambda q, k, v: dict(q=q[..., :8], k=k[..., :8], v=v, backend="triton"), ValueError, "head widths 16 to 256"),
+    ],
+)
+def test_bad_input_is_named(change, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        attention(**change(*_qkv()))
+
+
+def test_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        attention(*_qkv(), backend="triton")
