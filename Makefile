@@ -20,7 +20,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce test test-lib test-notebooks book bench-engine clean lock
+.PHONY: help install reproduce test test-lib test-notebooks book bench bench-engine clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -51,6 +51,9 @@ test-notebooks: $(STAMP)  ## nbval: re-execute every notebook and compare with t
 book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs (no execution)
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
+
+bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
+	$(PY) scripts/bench_attention.py $(ARGS)
 
 bench-engine: $(STAMP)  ## time `attnid verify` over the standard layouts (CPU) -> data/bench/engine.csv
 	$(PY) scripts/bench_engine.py $(ARGS)
