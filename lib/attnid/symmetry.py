@@ -177,10 +177,15 @@ def _zeros_like(params: Params) -> dict[str, torch.Tensor]:
     return {name: torch.zeros_like(p) for name, p in params.items()}
 
 
-def tangent_directions(params: Params, spec: AttentionSpec) -> list[dict[str, torch.Tensor]]:
-    """Derivatives of every symmetry at the identity, one parameter-shaped dict per generator."""
+def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """Derivatives of every symmetry at the identity, each with the part of the orbit it belongs to.
+
+    Labels: 'query_key/g' and 'value_output/g' (the GL(d_k) and GL(d_v) factors of group g),
+    'key_bias/g' (shifts of b_K^g), 'value_bias/g' (the b_V^g, b_O trade), 'value_bias' (b_V
+    directions the layer cannot see when it has no b_O).
+    """
     check_params(params, spec)
-    directions = []
+    directions: list[tuple[str, dict[str, torch.Tensor]]] = []
     per_head = _head_groups(spec).tolist()
     for g in range(spec.kv_heads):
         heads = [h for h in range(spec.heads) if per_head[h] == g]
@@ -192,7 +197,7 @@ def tangent_directions(params: Params, spec: AttentionSpec) -> list[dict[str, to
                 d["b_Q"][heads] = params["b_Q"][heads] @ a
             if "b_K" in params:
                 d["b_K"][g] = -params["b_K"][g] @ a.T
-            directions.append(d)
+            directions.append((f"query_key/{g}", d))
         for i in range(spec.v_head_dim):
             for j in range(spec.v_head_dim):
                 b = torch.zeros(spec.v_head_dim, spec.v_head_dim).to(params["W_V"])
@@ -202,21 +207,26 @@ def tangent_directions(params: Params, spec: AttentionSpec) -> list[dict[str, to
                 d["W_O"][heads] = -b @ params["W_O"][heads]
                 if "b_V" in params:
                     d["b_V"][g] = params["b_V"][g] @ b
-                directions.append(d)
+                directions.append((f"value_output/{g}", d))
         if spec.shift_invariant and "b_K" in params:
             for i in range(spec.rope_dims, spec.head_dim):
                 d = _zeros_like(params)
                 d["b_K"][g, i] = 1.0
-                directions.append(d)
+                directions.append((f"key_bias/{g}", d))
         if spec.shift_invariant and "b_V" in params and "b_O" in params:
             for i in range(spec.v_head_dim):
                 d = _zeros_like(params)
                 d["b_V"][g, i] = 1.0
                 d["b_O"] = -params["W_O"][heads, i, :].sum(0)
-                directions.append(d)
+                directions.append((f"value_bias/{g}", d))
     if spec.shift_invariant and "b_V" in params and "b_O" not in params:
-        directions += _value_bias_null_directions(params, spec)
+        directions += [("value_bias", d) for d in _value_bias_null_directions(params, spec)]
     return directions
+
+
+def tangent_directions(params: Params, spec: AttentionSpec) -> list[dict[str, torch.Tensor]]:
+    """Derivatives of every symmetry at the identity, one parameter-shaped dict per generator."""
+    return [d for _, d in labelled_tangent_directions(params, spec)]
 
 
 def _value_bias_null_directions(params: Params, spec: AttentionSpec) -> list[dict[str, torch.Tensor]]:
@@ -240,7 +250,11 @@ def orbit_tangent(params: Params, spec: AttentionSpec, rel_tol: float = 1e-10) -
     fix W_Q and W_K both); the span, found by an SVD with relative tolerance ``rel_tol``, is
     what counts.
     """
-    directions = tangent_directions(params, spec)
+    return orthonormal_span(tangent_directions(params, spec), params, rel_tol)
+
+
+def orthonormal_span(directions: list[dict[str, torch.Tensor]], params: Params, rel_tol: float = 1e-10) -> torch.Tensor:
+    """Orthonormal basis (P, k) of the span of parameter-shaped directions, flattened like ``params``."""
     if not directions:
         return torch.zeros(sum(p.numel() for p in params.values()), 0, dtype=params["W_Q"].dtype)
     mat = torch.stack([flatten(d) for d in directions], dim=1)
@@ -259,3 +273,110 @@ def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch
         raise ValueError(f"direction must be a vector of length {basis.shape[0]}, got shape {tuple(direction.shape)}")
     along = basis @ (basis.T @ direction)
     return along, direction - along
+
+
+def orbit_parts(params: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
+    """Orthonormal basis of each labelled part of the orbit tangent (see ``labelled_tangent_directions``)."""
+    grouped: dict[str, list[dict[str, torch.Tensor]]] = {}
+    for label, direction in labelled_tangent_directions(params, spec):
+        grouped.setdefault(label, []).append(direction)
+    return {label: orthonormal_span(dirs, params) for label, dirs in grouped.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Conserved quantities and the balanced point of an orbit
+# ------------------------------------------------------------------------------------------------
+
+
+def _grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group: (sum_h W_Q^hT W_Q^h + b_Q^hT b_Q^h, W_K^T W_K + b_K^T b_K, W_V^T W_V + b_V^T b_V, sum_h W_O^h W_O^hT).
+
+    The biases enter as one more row of the weight matrix (an input coordinate fixed at one),
+    which is how the group acts on them.
+    """
+    per_head = _head_groups(spec)
+    g = spec.kv_heads
+    wq, wk, wv, wo = params["W_Q"], params["W_K"], params["W_V"], params["W_O"]
+    if "b_Q" in params:
+        wq = torch.cat([wq, params["b_Q"][:, None, :]], dim=1)
+    if "b_K" in params:
+        wk = torch.cat([wk, params["b_K"][:, None, :]], dim=1)
+    if "b_V" in params:
+        wv = torch.cat([wv, params["b_V"][:, None, :]], dim=1)
+    gram_q = torch.zeros(g, spec.head_dim, spec.head_dim, dtype=wq.dtype, device=wq.device)
+    gram_q.index_add_(0, per_head.to(wq.device), wq.transpose(-1, -2) @ wq)
+    gram_o = torch.zeros(g, spec.v_head_dim, spec.v_head_dim, dtype=wo.dtype, device=wo.device)
+    gram_o.index_add_(0, per_head.to(wo.device), wo @ wo.transpose(-1, -2))
+    return gram_q, wk.transpose(-1, -2) @ wk, wv.transpose(-1, -2) @ wv, gram_o
+
+
+def project_commutant(mats: torch.Tensor, spec: AttentionSpec) -> torch.Tensor:
+    """Orthogonal projection of (..., d_k, d_k) matrices onto the matrices commuting with RoPE (identity without RoPE)."""
+    if spec.rope_dims == 0:
+        return mats
+    basis = lie_algebra_basis(spec).to(mats)  # orthogonal in the Frobenius product, entries 0 and +-1
+    norms = (basis * basis).sum(dim=(-1, -2))
+    coeffs = torch.einsum("...ab,nab->...n", mats, basis) / norms
+    return torch.einsum("...n,nab->...ab", coeffs, basis)
+
+
+def conserved_quantities(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(C_QK (G, d_k, d_k), C_VO (G, d_v, d_v)): constant along gradient flow of any loss of the layer's output.
+
+    C_QK = Gram(W_Q; b_Q) - Gram(W_K; b_K) summed over the group's query heads, projected onto
+    the RoPE commutant (the Lie algebra the symmetry uses); C_VO = Gram(W_V; b_V) - sum_h W_O^h W_O^hT.
+    Noether's argument: the loss is invariant along the orbit, so the gradient is orthogonal to
+    every tangent direction, and that orthogonality is exactly d/dt C = 0 under gradient flow.
+    """
+    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    return project_commutant(gram_q - gram_k, spec), gram_v - gram_o
+
+
+def _balancing_matrix(gram_a: torch.Tensor, gram_b: torch.Tensor) -> torch.Tensor:
+    """M minimising ||A M||^2 + ||B M^-T||^2 for Grams P = A^T A, Q = B^T B: M = X^(1/2), X = P^-1 # Q.
+
+    At the minimum M^T P M = M^-1 Q M^-T (both sides equal P^(1/2)-conjugated geometric means),
+    i.e. the moved factors have equal Grams: the balanced point.
+    """
+    evals, evecs = torch.linalg.eigh(gram_a)
+    if (evals <= 1e-12 * evals.max().clamp_min(1e-300)).any():
+        raise ValueError("a Gram matrix is singular: the factor has dependent columns, so no balanced point exists")
+    p_half = evecs @ torch.diag_embed(evals.sqrt()) @ evecs.transpose(-1, -2)
+    p_inv_half = evecs @ torch.diag_embed(evals.rsqrt()) @ evecs.transpose(-1, -2)
+    middle_vals, middle_vecs = torch.linalg.eigh(p_half @ gram_b @ p_half)
+    middle = middle_vecs @ torch.diag_embed(middle_vals.clamp_min(0).sqrt()) @ middle_vecs.transpose(-1, -2)
+    x = p_inv_half @ middle @ p_inv_half
+    x_vals, x_vecs = torch.linalg.eigh((x + x.transpose(-1, -2)) / 2)
+    return x_vecs @ torch.diag_embed(x_vals.sqrt()) @ x_vecs.transpose(-1, -2)
+
+
+def _balancing_query_key(gram_q: torch.Tensor, gram_k: torch.Tensor, spec: AttentionSpec) -> torch.Tensor:
+    """Per group, the M in the RoPE commutant that balances query and key: blockwise on the commutant's blocks."""
+    r, half = spec.rope_dims, spec.rope_dims // 2
+    m = torch.zeros_like(gram_q)
+    for i in range(half):  # each rotated pair: a scalar r_i (times the identity); balance the traces
+        idx = [i, i + half]
+        tq = gram_q[:, idx][:, :, idx].diagonal(dim1=-2, dim2=-1).sum(-1)
+        tk = gram_k[:, idx][:, :, idx].diagonal(dim1=-2, dim2=-1).sum(-1)
+        scale = (tk / tq) ** 0.25
+        m[:, i, i] = m[:, i + half, i + half] = scale
+    if r < spec.head_dim:
+        m[:, r:, r:] = _balancing_matrix(gram_q[:, r:, r:], gram_k[:, r:, r:])
+    return m
+
+
+def balancing_element(params: Params, spec: AttentionSpec) -> GroupElement:
+    """The group element that moves ``params`` to the balanced point of its orbit.
+
+    Balanced: the projected C_QK and C_VO vanish; it is the point of least squared norm on
+    the orbit (the norm's derivative along the tangent A is 2 <A, C>). Closed form per group:
+    M = (P^-1 # Q)^(1/2) with # the matrix geometric mean, blockwise on the RoPE commutant.
+    """
+    check_params(params, spec)
+    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    return GroupElement(_balancing_query_key(gram_q, gram_k, spec), _balancing_matrix(gram_v, gram_o))
+
+
+def balance(params: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
+    """``params`` moved along the orbit to its balanced point: the same function, C_QK = C_VO = 0."""
+    return apply_group(params, spec, balancing_element(params, spec))
