@@ -239,3 +239,20 @@ def test_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch: pytest.Mo
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         attention(*_qkv(), backend="triton")
+
+
+@pytest.mark.parametrize("kw", [dict(kv_heads=2, causal=True, rope_fraction=0.5, bias="qkvo"),
+                                dict(kv_heads=4, norm="sink", sink_learned=True)], ids=["gqa-rope-bias", "sink"])
+def test_layer_forward_through_the_kernels(kw: dict, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """attnid.layer.forward(backend='kernels') on the Triton path equals the reference layer."""
+    from attnid import layer
+    from attnid.kernels import api
+    from attnid.spec import AttentionSpec
+
+    monkeypatch.setattr(api, "choose_backend", lambda backend, q, v: "triton")  # Triton even on the CPU
+    spec = AttentionSpec.create(64, 4, **kw)
+    params = {n: p.float().to(DEVICE) for n, p in layer.init_params(spec, gen).items()}
+    x = torch.randn(2, 11, 64, generator=gen).to(DEVICE)
+    got = layer.forward(params, x, spec, backend="kernels")
+    expected = layer.forward({n: p.double() for n, p in params.items()}, x.double(), spec)
+    assert_close(got, expected, "layer output")

@@ -103,15 +103,41 @@ def _head_bias(params: Params, name: str) -> torch.Tensor | float:
     return 0.0 if bias is None else bias[:, None, :]
 
 
-def forward(params: Params, x: torch.Tensor, spec: AttentionSpec) -> torch.Tensor:
-    """Y for X of shape (..., n, d_model): the layer's output, same leading shape."""
+def forward(params: Params, x: torch.Tensor, spec: AttentionSpec, backend: str = "reference") -> torch.Tensor:
+    """Y for X of shape (..., n, d_model): the layer's output, same leading shape.
+
+    backend 'reference' computes it here, on any device and dtype; 'kernels' hands the
+    attention itself (RoPE, GQA, causal mask, sink, softmax) to ``attnid.kernels.attention``,
+    which runs the Triton kernels on CUDA (softmax and sink layouts, head widths 16 to 256).
+    """
     if x.shape[-1] != spec.d_model:
         raise ValueError(f"input width {x.shape[-1]} does not match d_model {spec.d_model}")
-    groups = torch.tensor([spec.group_of_head(h) for h in range(spec.heads)], device=x.device)
+    if backend not in ("reference", "kernels"):
+        raise ValueError(f"backend must be 'reference' or 'kernels', got {backend!r}")
     q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + _head_bias(params, "b_Q")
     k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + _head_bias(params, "b_K")
     v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + _head_bias(params, "b_V")
-    q, k = apply_rope(q, spec.rope_dims, spec.rope_base), apply_rope(k, spec.rope_dims, spec.rope_base)
-    k, v = k.index_select(-3, groups), v.index_select(-3, groups)  # share K/V heads by index
-    weights = normalise(q @ k.transpose(-1, -2) / math.sqrt(spec.head_dim), spec, params.get("sink"))
-    return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)
+    if backend == "kernels":
+        mixed = _attention_kernels(q, k, v, params, spec)
+    else:
+        groups = torch.tensor([spec.group_of_head(h) for h in range(spec.heads)], device=x.device)
+        q, k = apply_rope(q, spec.rope_dims, spec.rope_base), apply_rope(k, spec.rope_dims, spec.rope_base)
+        k, v = k.index_select(-3, groups), v.index_select(-3, groups)  # share K/V heads by index
+        mixed = normalise(q @ k.transpose(-1, -2) / math.sqrt(spec.head_dim), spec, params.get("sink")) @ v
+    return torch.einsum("...hnv,hvd->...nd", mixed, params["W_O"]) + params.get("b_O", 0.0)
+
+
+def _attention_kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: Params, spec: AttentionSpec) -> torch.Tensor:
+    """The per-head mixtures A_h V_g(h), shape (..., H, n, d_v), from attnid.kernels."""
+    from .kernels import attention
+
+    if spec.norm == "sigmoid":
+        raise ValueError("backend='kernels' computes softmax attention (with or without a sink), not sigmoid")
+    sink = params.get("sink")
+    if spec.norm == "sink" and sink is None:
+        sink = q.new_zeros(spec.heads)
+    lead = q.shape[:-3]
+    flat = [t.reshape(-1, *t.shape[-3:]) for t in (q, k, v)]
+    mixed = attention(*flat, causal=spec.causal, rope_fraction=spec.rope_dims / spec.head_dim,
+                      rope_base=spec.rope_base, sink=sink, scale=spec.head_dim**-0.5)
+    return mixed.reshape(*lead, *mixed.shape[-3:])

@@ -1,0 +1,228 @@
+"""Training experiments: how much of each update moves along the invisible directions, and rebalancing.
+
+Two problems, both with an attention layer of a given layout inside:
+
+* ``teacher_student``: a random teacher layer labels random sequences; a student layer (same
+  or larger layout) fits them by mean squared error, normalised by the targets' mean square.
+* ``copy_task``: a one-layer model (embedding, one attention layer with a residual connection,
+  unembedding) learns to output the previous token: a task with structure that needs positions
+  (causal attention, RoPE) to be solved.
+
+``train`` runs an optimiser (SGD, SGD with momentum, Adam, AdamW) and, at each step, measures
+the share of the attention layer's update that lies in the tangent space of its symmetry orbit
+(``invisible_shares``), the drift of the conserved quantities, and the key bias. It can also
+rebalance: project every update off the tangent space ('project'), or move the parameters
+along the orbit to its balanced point every few steps ('balance').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import symmetry as sym
+from .jacobian import Params, flatten
+from .layer import forward, init_params
+from .spec import AttentionSpec
+
+OPTIMISERS = ("sgd", "momentum", "adam", "adamw")
+REBALANCING = ("none", "project", "balance")
+MOMENTUM = 0.9
+ATTENTION_PREFIX = "attn."
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A loss of named parameters; ``attention`` picks out the layer whose orbit is measured."""
+
+    name: str
+    spec: AttentionSpec
+    init: Callable[[int], dict[str, torch.Tensor]]
+    loss: Callable[[Params], torch.Tensor]
+
+    def attention(self, params: Params) -> dict[str, torch.Tensor]:
+        """The attention layer's parameters (names without the prefix), sharing storage with ``params``."""
+        return {name.removeprefix(ATTENTION_PREFIX): p for name, p in params.items() if name.startswith(ATTENTION_PREFIX)}
+
+
+def _prefixed(params: Params) -> dict[str, torch.Tensor]:
+    return {ATTENTION_PREFIX + name: p for name, p in params.items()}
+
+
+def teacher_student(
+    teacher: AttentionSpec, student: AttentionSpec, *, n_sequences: int = 64, seq_len: int = 8, seed: int = 0,
+    dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu", backend: str = "reference",
+) -> Problem:
+    """Student layer fitting a random teacher layer on random Gaussian sequences (fixed data set of the seed)."""
+    if teacher.d_model != student.d_model:
+        raise ValueError(f"teacher and student need the same d_model; got {teacher.d_model} and {student.d_model}")
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    x = torch.randn(n_sequences, seq_len, teacher.d_model, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        y = forward(init_params(teacher, gen), x, teacher)
+    x, y = x.to(device, dtype), y.to(device, dtype)
+    scale = y.pow(2).mean()
+
+    def loss(params: Params) -> torch.Tensor:
+        attn = {n.removeprefix(ATTENTION_PREFIX): p for n, p in params.items()}
+        return (forward(attn, x, student, backend=backend) - y).pow(2).mean() / scale
+
+    def init(init_seed: int) -> dict[str, torch.Tensor]:
+        return _prefixed(init_params(student, torch.Generator().manual_seed(init_seed), dtype, device))
+
+    return Problem(f"teacher {teacher.describe()} -> student {student.describe()}", student, init, loss)
+
+
+def copy_task(
+    spec: AttentionSpec, *, vocab: int = 8, n_sequences: int = 64, seq_len: int = 12, seed: int = 0,
+    dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu", backend: str = "reference",
+) -> Problem:
+    """Predict the previous token: logits_i = (E x_i + attn(E x)_i) U, cross-entropy against x_{i-1}, i >= 1."""
+    if not spec.causal:
+        raise ValueError("the copy task reads earlier tokens only: use a causal layout (causal=True)")
+    gen = torch.Generator().manual_seed(20_000 + seed)
+    tokens = torch.randint(0, vocab, (n_sequences, seq_len), generator=gen).to(device)
+    d = spec.d_model
+
+    def loss(params: Params) -> torch.Tensor:
+        attn = {n.removeprefix(ATTENTION_PREFIX): p for n, p in params.items() if n.startswith(ATTENTION_PREFIX)}
+        h = params["embed"][tokens]
+        logits = (h + forward(attn, h, spec, backend=backend)) @ params["unembed"]
+        return F.cross_entropy(logits[:, 1:].reshape(-1, vocab), tokens[:, :-1].reshape(-1))
+
+    def init(init_seed: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(init_seed)
+        params = {"embed": torch.randn(vocab, d, generator=g, dtype=torch.float64),
+                  "unembed": torch.randn(d, vocab, generator=g, dtype=torch.float64) * d**-0.5}
+        params = {n: p.to(device, dtype) for n, p in params.items()}
+        return {**params, **_prefixed(init_params(spec, g, dtype, device))}
+
+    return Problem(f"copy the previous token, {spec.describe()}", spec, init, loss)
+
+
+# ------------------------------------------------------------------------------------------------
+# Measurements
+# ------------------------------------------------------------------------------------------------
+
+KINDS = ("query_key", "value_output", "key_bias", "value_bias")
+
+
+def invisible_shares(update: Params, attention: Params, spec: AttentionSpec) -> dict[str, float]:
+    """||P u|| / ||u|| for the update u of the attention layer, P the projection onto (part of) the orbit tangent at ``attention``.
+
+    Keys: 'total' (the whole tangent space), each kind in KINDS present in this layout (all
+    groups together), and each labelled part 'kind/g'. 1 for u inside the space, 0 for u
+    orthogonal to it. A zero update has share 0.
+    """
+    u = flatten(update)
+    norm = u.norm()
+    labelled = sym.labelled_tangent_directions(attention, spec)
+    spans: dict[str, list[dict[str, torch.Tensor]]] = {"total": [d for _, d in labelled]}
+    for label, direction in labelled:
+        spans.setdefault(label.split("/")[0], []).append(direction)
+        if "/" in label:
+            spans.setdefault(label, []).append(direction)
+    shares = {}
+    for key, directions in spans.items():
+        basis = sym.orthonormal_span(directions, attention)
+        shares[key] = float((basis.T @ u).norm() / norm) if norm > 0 else 0.0
+    return shares
+
+
+def conservation_drift(start: tuple[torch.Tensor, torch.Tensor], now: tuple[torch.Tensor, torch.Tensor], size: float) -> tuple[float, float]:
+    """(||C_QK(t) - C_QK(0)||, ||C_VO(t) - C_VO(0)||) in Frobenius norm, divided by ``size`` (the layer's squared norm at t = 0)."""
+    return tuple(float((b - a).norm() / size) for a, b in zip(start, now, strict=True))  # type: ignore[return-value]
+
+
+def squared_norm(params: Params) -> float:
+    return float(sum((p.detach() ** 2).sum() for p in params.values()))
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+
+
+def make_optimiser(name: str, params: list[torch.Tensor], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """SGD, SGD with momentum 0.9, Adam (L2 penalty in the gradient) or AdamW (decoupled decay)."""
+    if name not in OPTIMISERS:
+        raise ValueError(f"optimiser must be one of {', '.join(OPTIMISERS)}; got {name!r}")
+    if not lr > 0:
+        raise ValueError(f"learning rate must be positive, got {lr!r}")
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=MOMENTUM, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+@dataclass
+class History:
+    """What ``train`` records: one entry per step (shares only at measured steps)."""
+
+    loss: list[float] = field(default_factory=list)
+    shares: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    drift: list[tuple[float, float]] = field(default_factory=list)
+    key_bias: list[float] = field(default_factory=list)
+    final: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def train(
+    problem: Problem, *, optimiser: str, lr: float, steps: int, seed: int, weight_decay: float = 0.0,
+    rebalance: str = "none", balance_every: int = 25, measure_every: int = 0, progress: bool = False,
+) -> History:
+    """Run ``steps`` full-batch steps from ``problem.init(seed)``; see the module docstring.
+
+    rebalance: 'none'; 'project' (after each step, remove from the attention layer's update its
+    component along the orbit tangent at the pre-step point); 'balance' (every ``balance_every``
+    steps, move the layer to the balanced point of its orbit: same function, optimiser state
+    kept as is). measure_every: record the invisible shares every so many steps (0: never).
+    Loss, conservation drift and the key bias's norm are recorded at every step.
+    """
+    if rebalance not in REBALANCING:
+        raise ValueError(f"rebalance must be one of {', '.join(REBALANCING)}; got {rebalance!r}")
+    if steps < 1 or balance_every < 1 or measure_every < 0:
+        raise ValueError(f"steps and balance_every must be >= 1 and measure_every >= 0; got {steps}, {balance_every}, {measure_every}")
+    params = {n: p.detach().clone().requires_grad_() for n, p in problem.init(seed).items()}
+    opt = make_optimiser(optimiser, list(params.values()), lr, weight_decay)
+    attn = problem.attention(params)
+    spec = problem.spec
+    start_c = sym.conserved_quantities({n: p.detach() for n, p in attn.items()}, spec)
+    size = squared_norm(attn)
+    history = History()
+    for step in tqdm(range(steps), desc=f"{optimiser} {rebalance}", disable=not progress, leave=False):
+        opt.zero_grad(set_to_none=True)
+        loss = problem.loss(params)
+        loss.backward()
+        history.loss.append(float(loss.detach()))
+        before = {n: p.detach().clone() for n, p in attn.items()}
+        opt.step()
+        with torch.no_grad():
+            update = {n: attn[n] - before[n] for n in attn}
+            if measure_every and step % measure_every == 0:
+                history.shares.append((step, invisible_shares(update, before, spec)))
+            if rebalance == "project":
+                basis = sym.orbit_tangent(before, spec)
+                along = basis @ (basis.T @ flatten(update))
+                _subtract_flat(attn, along)
+            elif rebalance == "balance" and (step + 1) % balance_every == 0:
+                for name, value in sym.balance({n: p.detach() for n, p in attn.items()}, spec).items():
+                    attn[name].copy_(value)
+            now = {n: p.detach() for n, p in attn.items()}
+            history.drift.append(conservation_drift(start_c, sym.conserved_quantities(now, spec), size))
+            history.key_bias.append(float(now["b_K"].norm()) if "b_K" in now else float("nan"))
+    history.final = {n: p.detach().clone() for n, p in params.items()}
+    return history
+
+
+def _subtract_flat(params: dict[str, torch.Tensor], flat: torch.Tensor) -> None:
+    start = 0
+    for p in params.values():
+        p.sub_(flat[start : start + p.numel()].reshape(p.shape))
+        start += p.numel()
