@@ -114,6 +114,9 @@ def _csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     for row in rows:
         if len(row) != len(header):
             raise ValueError(f"row {row!r} has {len(row)} fields, the header has {len(header)}")
+        for value in row:
+            if any(c in str(value) for c in ',"\n'):
+                raise ValueError(f"CSV value {str(value)!r} holds a comma, quote or newline; this writer does not quote")
         lines.append(",".join(str(v) for v in row))
     return "\n".join(lines) + "\n"
 

@@ -56,8 +56,14 @@ def _prefixed(params: Params) -> dict[str, torch.Tensor]:
 def teacher_student(
     teacher: AttentionSpec, student: AttentionSpec, *, n_sequences: int = 64, seq_len: int = 8, seed: int = 0,
     dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu", backend: str = "reference",
+    imbalance: float = 1.0,
 ) -> Problem:
-    """Student layer fitting a random teacher layer on random Gaussian sequences (fixed data set of the seed)."""
+    """Student layer fitting a random teacher layer on random Gaussian sequences (fixed data set of the seed).
+
+    ``imbalance`` c moves the student's initial point along its orbit by M = N = c I: W_Q, W_V
+    (and b_Q, b_V) times c, W_K, W_O (and b_K) over c. The initial function is the same for every c;
+    only the parametrisation is less balanced.
+    """
     if teacher.d_model != student.d_model:
         raise ValueError(f"teacher and student need the same d_model; got {teacher.d_model} and {student.d_model}")
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -71,8 +77,16 @@ def teacher_student(
         attn = {n.removeprefix(ATTENTION_PREFIX): p for n, p in params.items()}
         return (forward(attn, x, student, backend=backend) - y).pow(2).mean() / scale
 
+    if not imbalance > 0:
+        raise ValueError(f"imbalance must be positive, got {imbalance!r}")
+
     def init(init_seed: int) -> dict[str, torch.Tensor]:
-        return _prefixed(init_params(student, torch.Generator().manual_seed(init_seed), dtype, device))
+        params = init_params(student, torch.Generator().manual_seed(init_seed))
+        if imbalance != 1.0:
+            eye_k = torch.eye(student.head_dim, dtype=torch.float64).expand(student.kv_heads, -1, -1)
+            eye_v = torch.eye(student.v_head_dim, dtype=torch.float64).expand(student.kv_heads, -1, -1)
+            params = sym.apply_group(params, student, sym.GroupElement(imbalance * eye_k, imbalance * eye_v))
+        return _prefixed({n: p.to(device, dtype) for n, p in params.items()})
 
     return Problem(f"teacher {teacher.describe()} -> student {student.describe()}", student, init, loss)
 
