@@ -173,6 +173,12 @@ class AttentionSpec:
             f"norm={norm} causal={'yes' if self.causal else 'no'}"
         )
 
+    def label(self) -> str:
+        """A short label for tables and legends: width, heads, RoPE and biases (no commas)."""
+        rope = f"RoPE {self.rope_dims}/{self.head_dim}" if self.rope_dims else "no RoPE"
+        extra = "" if self.norm == "softmax" else f" {self.norm}"
+        return f"d={self.d_model} H={self.heads} G={self.kv_heads} {rope} bias={self.bias or 'none'}{extra}"
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for JSON)."""
         out = asdict(self)
