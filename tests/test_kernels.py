@@ -30,7 +30,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (N, H, G, causal, rope_fraction, sink, D, Dv): every length 1, 17, 97; group ratios 1, 2, 4 and
 # MQA (G = 1); causal on and off; RoPE fractions 0, 0.25, 1; with and without a sink; widths that
-# are and are not powers of two.
+# are and are not powers of two, up to the largest the kernels take (256).
 CASES = [
     (1, 2, 2, False, 0.0, False, 16, 16),
     (1, 4, 1, True, 1.0, True, 32, 16),
@@ -42,6 +42,8 @@ CASES = [
     (97, 2, 1, False, 0.25, True, 24, 16),
     (97, 4, 4, True, 0.0, True, 16, 16),
     (33, 4, 2, True, 0.25, True, 32, 32),
+    (9, 2, 1, True, 0.25, True, 256, 256),
+    (9, 2, 2, False, 1.0, False, 128, 64),
 ]
 
 
@@ -256,3 +258,19 @@ def test_layer_forward_through_the_kernels(kw: dict, gen: torch.Generator, monke
     got = layer.forward(params, x, spec, backend="kernels")
     expected = layer.forward({n: p.double() for n, p in params.items()}, x.double(), spec)
     assert_close(got, expected, "layer output")
+
+
+def test_training_through_the_kernels_follows_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training chapters' GPU path (float32, backend='kernels') on the Triton path, against the reference."""
+    from attnid import training
+    from attnid.kernels import api
+    from attnid.spec import AttentionSpec
+
+    monkeypatch.setattr(api, "choose_backend", lambda backend, q, v: "triton")
+    teacher, student = AttentionSpec.create(32, 2), AttentionSpec.create(32, 2, kv_heads=1, rope_fraction=0.5, bias="qkvo")
+    losses = {}
+    for backend in ("kernels", "reference"):
+        problem = training.teacher_student(teacher, student, n_sequences=4, seq_len=9, dtype=torch.float32, backend=backend)
+        losses[backend] = training.train(problem, optimiser="adam", lr=0.01, steps=4, seed=0).loss
+    assert losses["kernels"][-1] < losses["kernels"][0]
+    assert max(abs(a - b) for a, b in zip(losses["kernels"], losses["reference"], strict=True)) < 1e-5
