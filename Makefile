@@ -20,7 +20,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce test test-lib test-notebooks book bench bench-engine clean lock
+.PHONY: help install reproduce test test-lib test-notebooks book bench bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -54,6 +54,9 @@ book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs 
 
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
 	$(PY) scripts/bench_attention.py $(ARGS)
+
+check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed) and check its shared memory
+	env -u TRITON_INTERPRET $(PY) scripts/check_kernels.py $(ARGS)
 
 bench-engine: $(STAMP)  ## time `attnid verify` over the standard layouts (CPU) -> data/bench/engine.csv
 	$(PY) scripts/bench_engine.py $(ARGS)

@@ -54,7 +54,9 @@ def case_id(case: tuple) -> str:
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN-filled outputs, and 16 x 16 tiles so that even short sequences span several blocks."""
     monkeypatch.setattr(flash, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(flash, "BLOCK_OVERRIDE", (16, 16))
 
 
 def draw(case: tuple, gen: torch.Generator, batch: int = 2) -> tuple[dict, dict]:
@@ -126,6 +128,14 @@ def test_jvp_matches_float64_reference(case: tuple, gen: torch.Generator) -> Non
     )
     assert_close(out_f, out64, "attention_jvp output")
     assert_close(tan_f, tan_ref, "attention_jvp tangent")
+
+
+@pytest.mark.parametrize("case", [(200, 4, 2, True, 1.0, True, 64, 64), (150, 2, 1, False, 0.25, False, 128, 128)], ids=case_id)
+def test_the_gpu_tiles(case: tuple, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tile sizes of flash.CONFIGS (the ones a GPU runs), over several blocks with ragged tails."""
+    monkeypatch.setattr(flash, "BLOCK_OVERRIDE", None)
+    test_gradients_match_float64_reference(case, gen)
+    test_jvp_matches_float64_reference(case, gen)
 
 
 def test_jacfwd_and_jacrev_reach_the_kernels(gen: torch.Generator) -> None:
@@ -274,3 +284,21 @@ def test_training_through_the_kernels_follows_the_reference(monkeypatch: pytest.
         losses[backend] = training.train(problem, optimiser="adam", lr=0.01, steps=4, seed=0).loss
     assert losses["kernels"][-1] < losses["kernels"][0]
     assert max(abs(a - b) for a, b in zip(losses["kernels"], losses["reference"], strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize(("dtype", "width"), [("bf16", "128"), ("fp32", "256")])
+def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width: str) -> None:
+    """Triton compiles every kernel for sm_90 here, without a GPU; each must fit 227 KiB of shared memory.
+
+    The full matrix (widths 64, 128, 256; bf16, fp16, fp32) is `make check-kernels`.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "check_kernels.py"
+    run = subprocess.run([sys.executable, str(script), "--widths", width, "--dtypes", dtype],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("fits") == 4, run.stdout

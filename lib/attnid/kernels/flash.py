@@ -66,21 +66,19 @@ def _load_rotated(ptr, pos, cols, stride_n, n_ctx, cos_ptr, sin_ptr, D: tl.const
 
 
 @triton.jit
-def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, D_PAD: tl.constexpr, R: tl.constexpr):
+def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, R: tl.constexpr):
     """The transpose of RoPE applied to a float32 tile held in registers: y cos - rotate_half(y) sin.
 
-    Registers cannot be gathered, so rotate_half is a product with the signed permutation matrix
-    P (P[a, b] = -1 for b < R/2, a = b + R/2; +1 for R/2 <= b < R, a = b - R/2), exact in IEEE mode.
+    rotate_half(y)[:, c] = sign(c) y[:, partner(c)], gathered across the tile's columns.
     """
     half: tl.constexpr = R // 2
-    a = tl.arange(0, D_PAD)[:, None]
-    b = tl.arange(0, D_PAD)[None, :]
-    perm = tl.where((b < half) & (a == b + half), -1.0, tl.where((b >= half) & (b < R) & (a == b - half), 1.0, 0.0))
-    y_half = tl.dot(y, perm, input_precision="ieee")
+    partner = tl.where(cols < half, cols + half, tl.where(cols < R, cols - half, cols))
+    sign = tl.where(cols < half, -1.0, tl.where(cols < R, 1.0, 0.0))
+    y_partner = tl.gather(y, tl.broadcast_to(partner[None, :], y.shape), 1)
     in_rope = (pos[:, None] < n_ctx) & (cols[None, :] < R)
     cos = tl.load(cos_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=1.0)
     sin = tl.load(sin_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=0.0)
-    return y * cos - y_half * sin
+    return y * cos - sign[None, :] * y_partner * sin
 
 
 @triton.jit
@@ -252,7 +250,7 @@ def _backward_dkdv_kernel(
 
     dk = dk * scale
     if R > 0:
-        dk = _unrotate(dk, keys, cols, n_ctx, Cos, Sin, D_PAD, R)
+        dk = _unrotate(dk, keys, cols, n_ctx, Cos, Sin, R)
     k_mask = (keys[:, None] < n_ctx) & (cols[None, :] < D)
     tl.store(DK + k_off + keys[:, None] * stride_kn + cols[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
     tl.store(DV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], dv.to(DV_out.dtype.element_ty), mask=v_mask)
@@ -307,7 +305,7 @@ def _backward_dq_kernel(
 
     dq = dq * scale
     if R > 0:
-        dq = _unrotate(dq, queries, cols, n_ctx, Cos, Sin, D_PAD, R)
+        dq = _unrotate(dq, queries, cols, n_ctx, Cos, Sin, R)
     q_mask = (queries[:, None] < n_ctx) & (cols[None, :] < D)
     tl.store(DQ + q_off + queries[:, None] * stride_qn + cols[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
 
@@ -334,15 +332,33 @@ def rope_tables(n: int, rope_dims: int, base: float, device: torch.device) -> tu
     return _TABLES[key]
 
 
-def _blocks(d: int, dv: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps): small tiles in the interpreter, FA2-like tiles on a GPU."""
-    if INTERPRETED:
-        return 16, 16, 1
-    if max(d, dv) <= 64:
-        return 128, 64, 4
-    if max(d, dv) <= 128:
-        return 128, 32, 8
-    return 64, 32, 8
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel and largest head width. Chosen so that every
+# kernel fits the 227 KiB of shared memory an H100/H200 block may use, as checked by compiling for
+# sm_90 without a GPU (scripts/check_kernels.py, run by the tests). Speed on a GPU is unmeasured.
+CONFIGS: dict[str, dict[int, tuple[int, int, int, int]]] = {
+    "forward": {64: (128, 64, 4, 3), 128: (128, 64, 4, 3), 256: (128, 32, 8, 3)},
+    "tangent": {64: (128, 64, 8, 3), 128: (128, 32, 8, 2), 256: (64, 32, 4, 2)},
+    "dkdv": {64: (32, 128, 8, 3), 128: (32, 128, 8, 3), 256: (32, 128, 8, 2)},
+    "dq": {64: (128, 32, 8, 3), 128: (128, 32, 8, 3), 256: (128, 32, 8, 2)},
+}
+# float32 tiles take twice the bytes: smaller tiles and fewer stages.
+CONFIGS_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
+    "forward": {64: (128, 64, 4, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
+    "tangent": {64: (64, 32, 4, 2), 128: (64, 32, 4, 1), 256: (32, 16, 4, 1)},
+    "dkdv": {64: (32, 128, 8, 3), 128: (32, 64, 4, 2), 256: (16, 64, 4, 1)},
+    "dq": {64: (128, 32, 8, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
+}
+# Tests set this to force small tiles (several blocks even on short sequences).
+BLOCK_OVERRIDE: tuple[int, int] | None = None
+
+
+def config(kind: str, width: int, dtype_bytes: int = 2) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of kernel `kind` for head width `width` (16 to 256)."""
+    limit = next(w for w in sorted(CONFIGS[kind]) if width <= w)
+    block_m, block_n, warps, stages = (CONFIGS_FP32 if dtype_bytes == 4 else CONFIGS)[kind][limit]
+    if BLOCK_OVERRIDE is not None:
+        block_m, block_n = BLOCK_OVERRIDE
+    return block_m, block_n, warps, stages
 
 
 def _new(shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -357,13 +373,13 @@ def _precision(dtype: torch.dtype) -> str | None:
     return "ieee" if dtype == torch.float32 else None
 
 
-def _shared_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config) -> dict:
+def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, cfg: Config) -> dict:
     d, dv = q.shape[-1], v.shape[-1]
-    block_m, block_n, warps = _blocks(d, dv)
+    block_m, block_n, warps, stages = config(kind, max(d, dv), q.element_size())
     return dict(
         D=d, DV=dv, D_PAD=max(16, triton.next_power_of_2(d)), DV_PAD=max(16, triton.next_power_of_2(dv)),
         R=cfg.rope_dims, CAUSAL=cfg.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=warps,
+        num_warps=warps, num_stages=stages,
     )
 
 
@@ -379,7 +395,7 @@ def forward(
     t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
     tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
     cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
-    args = _shared_args(q, k, v, cfg)
+    args = _shared_args("tangent" if tangents is not None else "forward", q, v, cfg)
     grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _forward_kernel[grid](
         q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
@@ -402,14 +418,15 @@ def backward(
     delta = (d_out.float() * out.float()).sum(-1).contiguous()
     dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
     cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
-    args = _shared_args(q, k, v, cfg)
     # dq, dk, dv are written with the strides of q, k, v: the caller passes contiguous inputs.
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
+    args = _shared_args("dkdv", q, v, cfg)
     grid_kv = (triton.cdiv(n, args["BLOCK_N"]), batch * kv_heads)
     _backward_dkdv_kernel[grid_kv](
         q, k, v, d_out, lse, delta, cos, sin, dk, dv, *strides,
         n, heads, kv_heads, heads // kv_heads, cfg.scale, **args,
     )
+    args = _shared_args("dq", q, v, cfg)
     grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _backward_dq_kernel[grid_q](
         q, k, v, d_out, lse, delta, cos, sin, dq, *strides,
