@@ -185,13 +185,15 @@ def _fold_vmap(op: Callable) -> Callable:
 
     def rule(info: Any, in_dims: tuple, *args: Any) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
         size = info.batch_size
-        sink_batched = any(isinstance(a, torch.Tensor) and a.dim() == 1 and d is not None for a, d in zip(args, in_dims))
-        if sink_batched:
-            slices = [op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)]) for i in range(size)]
-            return tuple(torch.stack(parts) for parts in zip(*slices)), (0,) * len(slices[0])
+        # a batched tensor arrives with its vmapped dimension: its own rank is one less
+        rank = [a.dim() - (d is not None) if isinstance(a, torch.Tensor) else -1 for a, d in zip(args, in_dims, strict=True)]
+        if any(r == 1 and d is not None for r, d in zip(rank, in_dims, strict=True)):  # a vmapped sink
+            slices = [op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims, strict=True)])
+                      for i in range(size)]
+            return tuple(torch.stack(parts) for parts in zip(*slices, strict=True)), (0,) * len(slices[0])
         folded = []
-        for a, d in zip(args, in_dims):
-            if isinstance(a, torch.Tensor) and a.dim() > 1:
+        for a, d, r in zip(args, in_dims, rank, strict=True):
+            if r > 1:
                 a = a.movedim(d, 0) if d is not None else a.expand(size, *a.shape)
                 a = a.reshape(size * a.shape[1], *a.shape[2:])
             folded.append(a)
