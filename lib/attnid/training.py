@@ -46,7 +46,12 @@ class Problem:
 
     def attention(self, params: Params) -> dict[str, torch.Tensor]:
         """The attention layer's parameters (names without the prefix), sharing storage with ``params``."""
-        return {name.removeprefix(ATTENTION_PREFIX): p for name, p in params.items() if name.startswith(ATTENTION_PREFIX)}
+        return attention_part(params)
+
+
+def attention_part(params: Params) -> dict[str, torch.Tensor]:
+    """The entries of ``params`` named 'attn.*', without the prefix: the measured attention layer."""
+    return {name.removeprefix(ATTENTION_PREFIX): p for name, p in params.items() if name.startswith(ATTENTION_PREFIX)}
 
 
 def _prefixed(params: Params) -> dict[str, torch.Tensor]:
@@ -74,8 +79,7 @@ def teacher_student(
     scale = y.pow(2).mean()
 
     def loss(params: Params) -> torch.Tensor:
-        attn = {n.removeprefix(ATTENTION_PREFIX): p for n, p in params.items()}
-        return (forward(attn, x, student, backend=backend) - y).pow(2).mean() / scale
+        return (forward(attention_part(params), x, student, backend=backend) - y).pow(2).mean() / scale
 
     if not imbalance > 0:
         raise ValueError(f"imbalance must be positive, got {imbalance!r}")
@@ -103,9 +107,8 @@ def copy_task(
     d = spec.d_model
 
     def loss(params: Params) -> torch.Tensor:
-        attn = {n.removeprefix(ATTENTION_PREFIX): p for n, p in params.items() if n.startswith(ATTENTION_PREFIX)}
         h = params["embed"][tokens]
-        logits = (h + forward(attn, h, spec, backend=backend)) @ params["unembed"]
+        logits = (h + forward(attention_part(params), h, spec, backend=backend)) @ params["unembed"]
         return F.cross_entropy(logits[:, 1:].reshape(-1, vocab), tokens[:, :-1].reshape(-1))
 
     def init(init_seed: int) -> dict[str, torch.Tensor]:
