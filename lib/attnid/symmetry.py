@@ -275,14 +275,6 @@ def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch
     return along, direction - along
 
 
-def orbit_parts(params: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
-    """Orthonormal basis of each labelled part of the orbit tangent (see ``labelled_tangent_directions``)."""
-    grouped: dict[str, list[dict[str, torch.Tensor]]] = {}
-    for label, direction in labelled_tangent_directions(params, spec):
-        grouped.setdefault(label, []).append(direction)
-    return {label: orthonormal_span(dirs, params) for label, dirs in grouped.items()}
-
-
 # ------------------------------------------------------------------------------------------------
 # Conserved quantities and the balanced point of an orbit
 # ------------------------------------------------------------------------------------------------

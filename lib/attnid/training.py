@@ -225,8 +225,7 @@ def train(
             if measure_every and step % measure_every == 0:
                 history.shares.append((step, invisible_shares(update, before, spec)))
             if rebalance == "project":
-                basis = sym.orbit_tangent(before, spec)
-                along = basis @ (basis.T @ flatten(update))
+                along, _ = sym.split_direction(flatten(update), sym.orbit_tangent(before, spec))
                 _subtract_flat(attn, along)
             elif rebalance == "balance" and (step + 1) % balance_every == 0:
                 for name, value in sym.balance({n: p.detach() for n, p in attn.items()}, spec).items():
