@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_attention.py"
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 MATH_MEMORY_LIMIT = 0.5  # skip the math backend where its float32 score matrices need over half the free memory
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm import tqdm
 
-    from attnid.provenance import write_csv
+    from attnbook.provenance import write_csv
 
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     dtype = torch.float32 if args.smoke else torch.bfloat16
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_csv(f"bench/attention_{name}.csv", HEADER, rows, notebook=SCRIPT,
                      parameters={"tokens": args.tokens, "head_dims": args.head_dims, "kv_heads": args.kv_heads,
                                  "batch": args.batch, "heads": args.heads, "dtype": str(dtype), "smoke": args.smoke},
-                     device=describe(device), data_dir=data_dir.resolve())
+                     device=describe(device), root=ROOT, data_dir=data_dir.resolve())
     print_summary(rows)
     print(f"wrote {path}")
     return 0

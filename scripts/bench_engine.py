@@ -24,13 +24,13 @@ from torch.func import jacrev
 from tqdm import tqdm
 
 import attnid
-from attnid.counts import count
+from attnbook.provenance import write_csv
 from attnid.layer import forward, init_params
-from attnid.provenance import write_csv
 from attnid.rank import decide_rank
-from attnid.spec import AttentionSpec
+from attnid.spec import AttentionSpec, standard_layouts
 from attnid.verify import default_inputs, default_seq_len, verify
 
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_engine.py"
 NAIVE_CHUNK = 512  # cotangents per reverse pass: bounds the naive baseline's memory (unchunked, it ran out at d=32)
 
@@ -44,18 +44,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.machine()
-
-
-def standard_layouts(d_models: list[int]) -> list[AttentionSpec]:
-    layouts = []
-    for d in d_models:
-        for h in (h for h in range(1, d + 1) if d % h == 0):
-            for g in (g for g in range(1, h + 1) if h % g == 0):
-                ropes = [0.0, 1.0] if (d // h) % 2 == 0 else [0.0]
-                for rope in ropes:
-                    for bias in ("none", "qkvo"):
-                        layouts.append(AttentionSpec.create(d, h, kv_heads=g, rope_fraction=rope, bias=bias))
-    return layouts
 
 
 def naive_nullity(spec: AttentionSpec, seed: int) -> tuple[int, float]:
@@ -81,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/engine.csv", help="path under data/")
     args = parser.parse_args(argv)
 
-    layouts = standard_layouts(args.d_models)
+    layouts = [spec for d in args.d_models for spec in standard_layouts(d, biases=("none", "qkvo"))]
     rows, total, naive_total, failures = [], 0.0, 0.0, 0
     partial = Path(tempfile.gettempdir()) / "attnid_bench_engine.partial.csv"  # progress, outside data/
     for index, spec in enumerate(tqdm(layouts, desc="layouts")):
@@ -104,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_csv(args.out, header, rows, notebook=SCRIPT,
                      parameters={"d_models": args.d_models, "naive_max_d": args.naive_max_d,
                                  "naive_every": args.naive_every, "seed": args.seed},
-                     device=device)
+                     device=device, root=ROOT)
     by_d = {d: sum(float(r[13]) for r in rows if r[0] == d) for d in args.d_models}
     print(f"{len(rows)} layouts, {failures} not matching; verify total {total:.1f} s "
           + ", ".join(f"d={d}: {s:.1f} s" for d, s in by_d.items()))

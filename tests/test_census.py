@@ -114,3 +114,19 @@ def test_layout_matches_the_transformers_config_defaults(layout) -> None:
             attr = LAYOUT_FIELD[field]
             ours = layout.layers if attr == "layers" else getattr(layout.spec, attr)
             assert ours == expected, (layout.key, field, ours)
+
+
+def test_causal_field_defaults_to_decoder_and_bert_is_bidirectional() -> None:
+    layouts = {lay.key: lay for lay in load_layouts()}
+    assert not layouts["bert-base"].spec.causal, "BERT attends both ways"
+    assert layouts["gpt2"].spec.causal and layouts["llama-3-8b"].spec.causal  # decoders: the default
+    base = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1}
+    assert parse_layout("m", base).spec.causal is True
+    assert parse_layout("m", {**base, "causal": False}).spec.causal is False
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, "false", None])
+def test_causal_field_must_be_a_yaml_bool(value: object) -> None:
+    entry = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "causal": value}
+    with pytest.raises(ValueError, match=r"layout 'm'.*field causal must be true or false"):
+        parse_layout("m", entry)

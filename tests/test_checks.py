@@ -2,7 +2,8 @@
 
 import pytest
 
-from attnid.checks import format_rows, invariance_error, key_bias_gradient_ratio, off_orbit_change, verify_grid
+from attnbook.tables import format_rows
+from attnid.checks import invariance_error, key_bias_gradient_ratio, off_orbit_change, verify_grid
 from attnid.spec import AttentionSpec
 
 

@@ -117,3 +117,19 @@ def test_bias_parsing_accepts_any_order_and_none() -> None:
     assert parse_bias("okvq") == "qkvo"
     assert parse_bias("None") == parse_bias("") == ""
     assert AttentionSpec.create(8, 2, bias="vk").bias == "kv"
+
+
+def test_verify_default_seq_len_is_the_library_rule(capsys: pytest.CaptureFixture) -> None:
+    from attnid.cli import build_parser
+    from attnid.verify import default_seq_len
+
+    spec = AttentionSpec.create(12, 2)
+    assert default_seq_len(spec) != 8  # a layout where the old CLI default (8) differed from the library's
+    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2", "--json")
+    assert code == 0 and json.loads(out)["seq_len"] == default_seq_len(spec)
+    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2")
+    assert code == 0 and f"inputs of {default_seq_len(spec)} tokens" in out
+    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2", "--seq-len", "3", "--json")
+    assert code == 0 and json.loads(out)["seq_len"] == 3  # an explicit value still wins
+    verify_parser = build_parser()._subparsers._group_actions[0].choices["verify"]
+    assert "default_seq_len" in verify_parser.format_help()

@@ -40,3 +40,31 @@ def test_unknown_family_is_rejected() -> None:
     with pytest.raises(ValueError, match="family must be one of"):
         build("bloom", family_spec("gpt2"))
     assert len(FAMILIES) == 5
+
+
+def test_family_spec_honours_every_argument() -> None:
+    assert family_spec("gpt_neox", heads=2, head_dim=8, rope_fraction=0.25).rope_dims == 2
+    assert family_spec("gpt_neox", heads=2, head_dim=8, rope_fraction=0.0).rope_dims == 0
+    assert family_spec("gpt2", heads=3, head_dim=2).rope_dims == 0  # the family's own default: no RoPE
+    for family in ("llama", "qwen2", "gpt_oss"):
+        spec = family_spec(family, heads=4, kv_heads=2, head_dim=6)
+        assert (spec.heads, spec.kv_heads, spec.head_dim, spec.rope_dims) == (4, 2, 6, 6)
+        assert family_spec(family, rope_fraction=1.0).rope_dims == 4
+    for family in ("gpt2", "gpt_neox"):
+        assert family_spec(family, heads=4, kv_heads=4).kv_heads == 4
+
+
+@pytest.mark.parametrize(
+    ("family", "kwargs", "message"),
+    [
+        ("gpt2", dict(heads=2, kv_heads=1), "kv_heads=1 .*family gpt2"),
+        ("gpt_neox", dict(heads=4, kv_heads=2), "kv_heads=2 .*family gpt_neox"),
+        ("gpt2", dict(rope_fraction=0.5), "rope_fraction=0.5 .*family gpt2"),
+        ("llama", dict(rope_fraction=0.5), "rope_fraction=0.5 .*family llama"),
+        ("qwen2", dict(rope_fraction=0.0), "rope_fraction=0.0 .*family qwen2"),
+        ("gpt_oss", dict(heads=4, kv_heads=2, rope_fraction=0.5), "rope_fraction=0.5 .*family gpt_oss"),
+    ],
+)
+def test_family_spec_refuses_what_the_family_cannot_have(family: str, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        family_spec(family, **kwargs)

@@ -121,16 +121,3 @@ def test_stored_outputs_hold_no_machine_paths(path: Path) -> None:
     # An absolute path in an output differs on every checkout, so nbval would fail elsewhere.
     text = (ROOT / path).read_text()
     assert str(ROOT) not in text and "PosixPath(" not in text, f"{path} stores a machine-specific path"
-
-
-def test_chapter_data_comes_from_the_current_library() -> None:
-    # Sidecars record the last commit that changed lib/ or the pins. If the library changed since the
-    # chapters ran, their stored results (and the provenance table) are stale: run `make reproduce`.
-    from attnid.provenance import code_commit, read_all_provenance
-
-    current = code_commit()
-    if current["git_commit"] == "unknown":
-        pytest.skip("not a git checkout")
-    stale = [r["file"] for r in read_all_provenance() if r["notebook"].endswith(".ipynb")
-             and r["git_commit"] != current["git_commit"]]
-    assert not stale, f"written by an older library ({', '.join(stale)}): run `make reproduce` and commit"

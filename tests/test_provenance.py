@@ -1,42 +1,76 @@
-"""Atomic writes and provenance sidecars."""
+"""attnbook.provenance: atomic writes, sidecars, and staleness that follows what a result really depended on."""
+
+from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
-from attnid import provenance
-from attnid.provenance import SIDECAR_SUFFIX, notebook_source_hash, read_all_provenance, write_bytes, write_csv
+from attnbook.paths import repo_root
+from attnbook.provenance import (
+    SIDECAR_SUFFIX,
+    code_root,
+    notebook_parameters,
+    notebook_source_hash,
+    read_all_provenance,
+    stale_reasons,
+    write_bytes,
+    write_csv,
+)
 
-NOTEBOOK = "chapters/01_identification.ipynb"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _book(tmp_path: Path, parameters: str = "SEED = 3\nSIZES = [1, 2]") -> Path:
+    """A minimal book root: the two marker files and one notebook with a parameters cell."""
+    (tmp_path / "_toc.yml").write_text("root: intro\n")
+    (tmp_path / "_config.yml").write_text("title: t\n")
+    cell = nbformat.v4.new_code_cell(parameters)
+    cell.metadata["tags"] = ["parameters"]
+    (tmp_path / "chapters").mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_code_cell("x = 1")]),
+                   tmp_path / "chapters" / "n.ipynb")
+    return tmp_path
+
+
+def _write(root: Path, name: str = "sub/table.csv", rows=((1, "x"), (2, "y")), **params) -> Path:
+    return write_csv(name, ["a", "b"], rows, notebook="chapters/n.ipynb",
+                     parameters=params or {"SEED": 3, "SIZES": [1, 2]}, device="cpu", root=root)
 
 
 def test_write_csv_writes_file_and_sidecar(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    out = write_csv("sub/table.csv", ["a", "b"], [(1, "x"), (2, "y")], notebook=NOTEBOOK,
-                    parameters={"SEED": 3}, device="cpu", data_dir=data)
-    assert out == data / "sub" / "table.csv"
+    root = _book(tmp_path)
+    out = _write(root)
+    assert out == root / "data" / "sub" / "table.csv"
     assert out.read_text() == "a,b\n1,x\n2,y\n"
     record = json.loads(out.with_name("table.csv" + SIDECAR_SUFFIX).read_text())
     assert record["file"] == "data/sub/table.csv"
     assert record["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
-    assert record["notebook"] == NOTEBOOK
-    assert record["parameters"] == {"SEED": 3}
+    assert record["notebook"] == "chapters/n.ipynb"
+    assert record["parameters"] == {"SEED": 3, "SIZES": [1, 2]}
     assert record["device"] == "cpu"
     assert {"python", "torch", "numpy", "attnid"} <= set(record["versions"])
-    assert len(record["git_commit"]) == 40 or record["git_commit"] == "unknown"
-    assert read_all_provenance(data) == [record]
+    assert "attnbook/provenance.py" in record["depends_on"]
+    assert read_all_provenance(root) == [record]
+    assert stale_reasons(record, root) == []
+    for path in (out, out.with_name("table.csv" + SIDECAR_SUFFIX)):
+        assert path.stat().st_mode & 0o777 == 0o644
 
 
 def test_sidecar_is_byte_stable(tmp_path: Path) -> None:
-    kwargs = dict(notebook=NOTEBOOK, parameters={"N": 1}, device="cpu", data_dir=tmp_path)
-    out = write_csv("t.csv", ["v"], [(1,)], **kwargs)
-    first = out.with_name("t.csv" + SIDECAR_SUFFIX).read_bytes()
-    write_csv("t.csv", ["v"], [(1,)], **kwargs)
-    assert out.with_name("t.csv" + SIDECAR_SUFFIX).read_bytes() == first
+    root = _book(tmp_path)
+    out = _write(root)
+    first = out.with_name(out.name + SIDECAR_SUFFIX).read_bytes()
+    _write(root)
+    assert out.with_name(out.name + SIDECAR_SUFFIX).read_bytes() == first
 
 
 def test_failed_rename_leaves_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,14 +88,18 @@ def test_failed_rename_leaves_old_file_and_no_temporary(tmp_path: Path, monkeypa
 
 
 def test_bad_requests_write_nothing(tmp_path: Path) -> None:
+    root = _book(tmp_path)
     with pytest.raises(ValueError, match="data files live under"):
-        write_csv(tmp_path / "elsewhere.csv", ["a"], [(1,)], notebook=NOTEBOOK, parameters={}, device="cpu",
-                  data_dir=tmp_path / "data")
+        write_csv(tmp_path / "elsewhere.csv", ["a"], [(1,)], notebook="chapters/n.ipynb", parameters={},
+                  device="cpu", root=root)
     with pytest.raises(ValueError, match="has 1 fields, the header has 2"):
-        write_csv("x.csv", ["a", "b"], [(1,)], notebook=NOTEBOOK, parameters={}, device="cpu", data_dir=tmp_path)
+        _write(root, rows=[(1,)])
     with pytest.raises(ValueError, match="not found"):
-        write_csv("y.csv", ["a"], [(1,)], notebook="chapters/nope.ipynb", parameters={}, device="cpu", data_dir=tmp_path)
-    assert list(tmp_path.iterdir()) == []
+        write_csv("y.csv", ["a"], [(1,)], notebook="chapters/nope.ipynb", parameters={}, device="cpu", root=root)
+    # a parameter JSON cannot hold is refused before either file is written
+    with pytest.raises(ValueError, match="plain JSON values"):
+        _write(root, SEED=np.float32(1.5))
+    assert not (root / "data").exists()
 
 
 def test_notebook_hash_ignores_outputs_and_injected_cells(tmp_path: Path) -> None:
@@ -80,11 +118,78 @@ def test_notebook_hash_ignores_outputs_and_injected_cells(tmp_path: Path) -> Non
     assert notebook_source_hash(path) != base
 
 
-def test_committed_data_files_have_matching_sidecars() -> None:
-    for record in read_all_provenance():
-        data_file = provenance.REPO_ROOT / record["file"]
-        assert data_file.is_file(), record["file"]
-        assert hashlib.sha256(data_file.read_bytes()).hexdigest() == record["sha256"], record["file"]
-    for data_file in provenance.DATA_DIR.rglob("*"):
+def test_notebook_parameters_reads_literal_defaults(tmp_path: Path) -> None:
+    root = _book(tmp_path, 'A = 1  # comment\nB = {"x": [1.5, "s"]}\nC = A + 1')
+    assert notebook_parameters(root / "chapters" / "n.ipynb") == {"A": 1, "B": {"x": [1.5, "s"]}}
+
+
+def test_root_is_found_from_a_subfolder_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _book(tmp_path)
+    monkeypatch.delenv("ATTNBOOK_ROOT", raising=False)
+    assert repo_root(root / "chapters") == root.resolve()
+    with pytest.raises(FileNotFoundError, match="no book root"):
+        repo_root(Path("/"))
+    monkeypatch.setenv("ATTNBOOK_ROOT", str(root / "chapters"))
+    with pytest.raises(FileNotFoundError, match="not the book's root"):
+        repo_root()
+
+
+def test_source_and_parameter_changes_make_data_stale(tmp_path: Path) -> None:
+    root = _book(tmp_path)
+    record = json.loads(_write(root).with_name("table.csv" + SIDECAR_SUFFIX).read_text())
+    path = root / "chapters" / "n.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source = "SEED = 4\nSIZES = [1, 2]"
+    nbformat.write(nb, path)
+    reasons = stale_reasons(record, root)
+    assert "chapters/n.ipynb changed" in reasons and "ran with non-default parameters SEED" in reasons
+    (root / "data" / "sub" / "table.csv").write_text("a,b\n")
+    assert any("differs from the bytes" in r for r in stale_reasons(record, root))
+
+
+def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
+    # A fresh process that imports attnid.counts (and so the package's core, which `import attnid` loads)
+    # before writing, but none of the census, the kernels or the training code.
+    root = _book(tmp_path)
+    script = ("import attnid.counts\nfrom attnbook.provenance import write_csv\n"
+              f"write_csv('t.csv', ['a'], [(1,)], notebook='chapters/n.ipynb', parameters={{}}, device='cpu',"
+              f" root=__import__('pathlib').Path({str(root)!r}))\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+    deps = json.loads((root / "data" / ("t.csv" + SIDECAR_SUFFIX)).read_text())["depends_on"]
+    assert {"attnid/counts.py", "attnid/spec.py", "attnid/normalise.py", "attnbook/provenance.py"} <= set(deps)
+    assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/training.py"} & set(deps)
+
+
+def _chapter_record(name: str) -> dict:
+    return next(r for r in read_all_provenance(ROOT) if r["file"] == name)
+
+
+def test_editing_a_module_the_chapter_did_not_import_keeps_it_current(tmp_path: Path) -> None:
+    # Chapter 2's stored sweep, checked against a copy of the library that we then edit.
+    record = _chapter_record("data/one_head/width_sweep.csv")
+    code = tmp_path / "lib"
+    shutil.copytree(code_root(), code, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    assert stale_reasons(record, ROOT, code) == []
+    unused = ["attnid/census.py", "attnid/kernels/flash.py", "attnid/training.py"]
+    assert not set(unused) & set(record["depends_on"])
+    for rel in unused:
+        with open(code / rel, "a") as handle:
+            handle.write("\n# an edit this chapter never imports\n")
+    assert stale_reasons(record, ROOT, code) == []
+    used = "attnid/counts.py"
+    assert used in record["depends_on"]
+    with open(code / used, "a") as handle:
+        handle.write("\n# an edit to the counting rules\n")
+    assert stale_reasons(record, ROOT, code) == [f"{used} changed"]
+
+
+def test_every_committed_data_file_is_current() -> None:
+    # A data file is stale when its bytes, its writer, its parameters or a module it imported changed:
+    # run `make reproduce` (or the benchmark that wrote it) and commit.
+    records = read_all_provenance(ROOT)
+    assert records
+    stale = {r["file"]: stale_reasons(r, ROOT) for r in records}
+    assert not {f: why for f, why in stale.items() if why}
+    for data_file in (ROOT / "data").rglob("*"):
         if data_file.is_file() and not data_file.name.endswith(SIDECAR_SUFFIX):
             assert data_file.with_name(data_file.name + SIDECAR_SUFFIX).is_file(), f"{data_file} has no sidecar"

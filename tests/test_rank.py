@@ -5,7 +5,25 @@ import math
 import pytest
 import torch
 
-from attnid.rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, FLOAT64_EPS, decide_rank
+import importlib
+import re
+from pathlib import Path
+
+import attnid.certify
+import attnid.symmetry
+from attnid.jacobian import flatten
+from attnid.rank import (
+    COMMUTANT_TOL,
+    DEFAULT_MIN_GAP,
+    DEFAULT_ZERO_TOL,
+    FLOAT64_EPS,
+    GRAM_FLOOR,
+    INVERTIBLE_REL_TOL,
+    counts_as_zero,
+    decide_rank,
+    is_invertible,
+    numerical_rank,
+)
 
 
 def matrix_with_spectrum(values: list[float], rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -89,3 +107,112 @@ def test_threshold_sits_at_zero_tol() -> None:
 def test_bad_input_is_rejected(values: list, rows: int, cols: int, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decide_rank(torch.tensor(values, dtype=torch.float64), rows, cols, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# numerical_rank, counts_as_zero, is_invertible: rule 2 on its own. Expected values follow from the
+# rule (count the values strictly above rel_tol times the largest), worked out in the comments.
+# ------------------------------------------------------------------------------------------------
+
+
+def f64(values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_numerical_rank_of_nothing_and_of_zeros_is_zero() -> None:
+    assert numerical_rank(f64([])) == 0  # no values: nothing to keep
+    assert numerical_rank(f64([0.0, 0.0, 0.0])) == 0  # largest is 0: everything counts as zero
+
+
+def test_numerical_rank_with_a_clear_gap() -> None:
+    # threshold 1e-10 * 3 = 3e-10: 3 and 2 are above it, 1e-13 and 0 are not
+    assert numerical_rank(f64([3.0, 2.0, 1e-13, 0.0])) == 2
+
+
+def test_numerical_rank_straddling_the_tolerance() -> None:
+    # Powers of two so the threshold is exact: rel_tol 2^-20 times largest 4 = 2^-18.
+    tol, t = 2.0**-20, 2.0**-18
+    assert numerical_rank(f64([4.0, t * (1 + 2**-10), t, t * (1 - 2**-10)]), tol) == 2  # only the value above t
+    assert numerical_rank(f64([4.0, t]), tol) == 1  # exactly at the threshold counts as zero (strict >)
+    # the default: 1.01e-10 is above 1e-10 * 1, 0.99e-10 is below
+    assert numerical_rank(f64([1.0, 1.01 * DEFAULT_ZERO_TOL, 0.99 * DEFAULT_ZERO_TOL])) == 2
+
+
+def test_numerical_rank_is_relative_and_order_free() -> None:
+    values = [1.0, 1e-3, 1e-6]
+    assert numerical_rank(f64(values), 1e-4) == 2  # 1e-3 > 1e-4, 1e-6 is not
+    assert numerical_rank(f64(values) * 1e-200, 1e-4) == 2  # only ratios matter
+    assert numerical_rank(f64(values[::-1]), 1e-4) == 2  # ascending, as eigh returns them
+    # eigenvalues of a singular Gram: round-off negatives and tiny positives count as zero
+    assert numerical_rank(f64([-1e-17, 1e-17, 2.0])) == 1
+
+
+def test_decide_rank_uses_the_same_rule() -> None:
+    s = f64([1.0, 1.01 * DEFAULT_ZERO_TOL, 0.99 * DEFAULT_ZERO_TOL, 0.0])
+    assert decide_rank(s, 4, 4).rank == numerical_rank(s) == 2
+
+
+@pytest.mark.parametrize(
+    ("values", "kwargs", "message"),
+    [([[1.0]], {}, "must be 1-D"), ([1.0, float("inf")], {}, "NaN or inf"), ([1.0], {"rel_tol": 0.0}, "rel_tol"),
+     ([1.0], {"rel_tol": 1.0}, "rel_tol")],
+)
+def test_numerical_rank_rejects_bad_input(values: list, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        numerical_rank(f64(values), **kwargs)
+
+
+def test_counts_as_zero_matches_numerical_rank() -> None:
+    tol, t = 2.0**-20, 2.0**-18  # threshold for largest 4 is exactly t
+    assert counts_as_zero(t, 4.0, tol)  # at the threshold: dropped
+    assert not counts_as_zero(t * (1 + 2**-10), 4.0, tol)  # just above: kept
+    assert counts_as_zero(0.5e-10, 1.0) and not counts_as_zero(2e-10, 1.0)  # the default 1e-10
+    assert counts_as_zero(1.0, 0.0)  # largest 0: everything is zero, as in numerical_rank
+    with pytest.raises(ValueError, match="finite"):
+        counts_as_zero(float("nan"), 1.0)
+
+
+def test_is_invertible_per_matrix() -> None:
+    assert is_invertible(f64([[1.0, 0.5], [2.0, 1.0]]))  # condition numbers 2 and 2
+    # condition 1e13 > 1 / INVERTIBLE_REL_TOL = 1e12: 1e-13 is at most 1e-12 * 1, so not invertible
+    assert not is_invertible(f64([[1.0, 1e-13]]))
+    assert is_invertible(f64([[1.0, 1e-11]]))  # condition 1e11: 1e-11 > 1e-12
+    assert not is_invertible(f64([[1.0, 1.0], [1.0, 1e-13]]))  # one singular matrix in the batch is enough
+    # each matrix is judged on its own scale: a tiny but well-conditioned matrix is invertible
+    assert is_invertible(f64([[1e-20, 1e-20], [1.0, 1.0]]))
+    assert not is_invertible(f64([[0.0, 0.0]]))  # the zero matrix
+    assert not is_invertible(f64([[float("nan"), 1.0]]))  # a non-finite matrix
+    assert is_invertible(torch.zeros(3, 0, dtype=torch.float64))  # 0 x 0 matrices
+    assert is_invertible(f64([[1.0, 1e-3]]), rel_tol=1e-4) and not is_invertible(f64([[1.0, 1e-3]]), rel_tol=1e-2)
+
+
+def test_tolerances_are_ordered_as_their_reasons_say() -> None:
+    assert 0 < INVERTIBLE_REL_TOL < DEFAULT_ZERO_TOL < GRAM_FLOOR < 1
+    assert FLOAT64_EPS < COMMUTANT_TOL < 1
+    # the certificate gives up above the zero tolerance with room for its power-iteration error
+    assert GRAM_FLOOR / DEFAULT_ZERO_TOL >= 1e5
+
+
+def test_other_modules_take_their_tolerances_from_rank() -> None:
+    assert attnid.certify.GRAM_FLOOR is GRAM_FLOOR
+    assert attnid.symmetry.COMMUTANT_TOL is COMMUTANT_TOL
+    # no literal tolerance (1e-10, 1e12, 0.5e-6 ...) left in the modules whose decisions moved here
+    literal = re.compile(r"\b\d+(?:\.\d+)?e[-+]?\d+\b")
+    for name in ("attnid.symmetry", "attnid.verify", "attnid.certify"):  # attnid.verify is also a function's name
+        found = literal.findall(Path(importlib.import_module(name).__file__).read_text())
+        assert not found, f"{name} has literal tolerances {found}; name them in attnid.rank"
+
+
+def test_orthonormal_span_keeps_the_numerical_rank(gen: torch.Generator) -> None:
+    # d1, d2 and d1 + d2 span a plane: two columns, orthonormal, spanning both.
+    params = {"W_Q": torch.randn(3, 4, generator=gen, dtype=torch.float64)}
+    d1 = {"W_Q": torch.randn(3, 4, generator=gen, dtype=torch.float64)}
+    d2 = {"W_Q": torch.randn(3, 4, generator=gen, dtype=torch.float64)}
+    basis = attnid.symmetry.orthonormal_span([d1, d2, {"W_Q": d1["W_Q"] + d2["W_Q"]}], params)
+    assert basis.shape == (12, 2)
+    assert torch.allclose(basis.T @ basis, torch.eye(2, dtype=torch.float64), atol=1e-12)
+    for d in (d1, d2):
+        v = flatten(d)
+        assert (v - basis @ (basis.T @ v)).norm() < 1e-12 * v.norm()
+    assert attnid.symmetry.orthonormal_span([d1, d2], params).shape == (12, 2)  # independent: all kept
+    assert attnid.symmetry.orthonormal_span([], params).shape == (12, 0)

@@ -170,3 +170,40 @@ def test_check_params_names_the_problem(gen: torch.Generator) -> None:
         forward(params, x[..., :5], spec)
     with pytest.raises(ValueError, match="direction must be a vector"):
         sym.split_direction(torch.zeros(3, dtype=torch.float64), torch.zeros(5, 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_bias_shift_is_dead_only_on_unrotated_coordinates(causal: bool, gen: torch.Generator) -> None:
+    """A non-zero key-bias shift is invisible exactly where the theory says.
+
+    Under plain softmax, b_K adds q_i . b_K to every score of row i, the same for each key j, and a
+    softmax ignores a constant added to a row. RoPE applied after the bias rotates b_K by a
+    position-dependent angle, so on the rotated coordinates the added term depends on the key's
+    position and is no longer constant along the row. (The older test used head_dim == rope_dims,
+    where the only allowed shift is the zero vector, so it proved nothing.)
+    """
+
+    def relative_change(p_new: dict, p_old: dict, x: torch.Tensor, spec: AttentionSpec) -> float:
+        y = forward(p_old, x, spec)
+        return float((forward(p_new, x, spec) - y).abs().max() / y.abs().max())
+
+    spec = AttentionSpec.create(8, 2, bias="qkvo", rope_fraction=0.5, causal=causal)
+    r, dk = spec.rope_dims, spec.head_dim
+    assert 0 < r < dk
+    params, x = point(spec, gen)
+    assert params["b_K"].dtype == x.dtype == torch.float64
+    delta = torch.zeros(spec.kv_heads, dk, dtype=torch.float64)
+    delta[:, r:] = torch.randn(spec.kv_heads, dk - r, generator=gen, dtype=torch.float64)
+    assert float(delta.norm()) > 0.1
+    assert relative_change(sym.shift_key_bias(params, spec, delta), params, x, spec) < 1e-12
+    # the same-size shift moved onto the rotated coordinates (shift_key_bias refuses it, so add it directly)
+    rotated = torch.zeros_like(delta)
+    rotated[:, : dk - r] = delta[:, r:]
+    assert float(rotated.norm()) == pytest.approx(float(delta.norm()))
+    assert relative_change(dict(params, b_K=params["b_K"] + rotated), params, x, spec) > 1e-6
+    # no RoPE at all: every coordinate of b_K is dead, so a full random shift changes nothing
+    plain = AttentionSpec.create(8, 2, bias="qkvo", causal=causal)
+    params, x = point(plain, gen)
+    full = torch.randn(plain.kv_heads, plain.head_dim, generator=gen, dtype=torch.float64)
+    assert float(full.norm()) > 0.1
+    assert relative_change(sym.shift_key_bias(params, plain, full), params, x, plain) < 1e-12

@@ -97,7 +97,7 @@ def test_adamw_decays_a_dead_key_bias_geometrically() -> None:
     problem = T.teacher_student(AttentionSpec.create(8, 2), LAYOUTS[1], n_sequences=16)
     lr, wd, steps = 0.01, 0.5, 30
     history = T.train(problem, optimiser="adamw", lr=lr, steps=steps, seed=2, weight_decay=wd)
-    start = float(problem.attention(problem.init(2))["b_K"].norm())
+    start = float(T.attention_part(problem.init(2))["b_K"].norm())
     predicted = start * (1 - lr * wd) ** steps
     assert history.key_bias[-1] == pytest.approx(predicted, rel=1e-9)
 

@@ -1,25 +1,80 @@
-"""attnid: parameter identification in multi-head attention.
+"""attnid: which parameters of a multi-head attention layer its function cannot see.
 
-The library behind the companion book: numeric functional rank (``jacobian``, ``rank``),
-the warm-up models of chapter 1 (``toy``), exact rational checks (``symbolic``), and the book's plumbing (``runtime``,
-``provenance``).
+    import attnid
+    spec = attnid.AttentionSpec.create(d_model=64, heads=8, kv_heads=2, rope_fraction=1.0, bias="qkv")
+    attnid.count(spec).unidentified          # exact count, proved for the layout
+    attnid.verify(spec).matches              # the numeric Jacobian nullity agrees (run it on small d)
+    y = attnid.forward(attnid.init_params(spec, attnid.generator(0)), x, spec)
+    attnid.attention(q, k, v, causal=True)   # Triton kernels on CUDA, PyTorch reference elsewhere
+
+Modules, one line each:
+
+``spec``       AttentionSpec (one validated layout) and Params, the type of a point in parameter space
+``rope``       rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
+``normalise``  causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
+``layer``      the reference attention layer: parameter shapes, random points, ``forward``
+``counts``     exact counts of unidentified parameters (``count``), from the matrix-product count
+``symmetry``   the symmetry group: moves, orbit tangent, conserved quantities, balancing
+``rank``       the rank-decision rule: the one place that decides which singular values are zero
+``jacobian``   Jacobians with respect to all parameters, and their rank without holding all of J
+``certify``    certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
+``verify``     exact count next to the numeric nullity at a random point (``verify``)
+``checks``     the numeric checks the chapters run: grids of layouts, invariance, off-orbit change
+``symbolic``   exact rational checks with SymPy
+``toy``        chapter 1's warm-up models (a product of scalars, a factored linear map)
+``training``   training problems, invisible shares of updates, projection and balancing
+``census``     published layouts (architectures.yaml) and their counts
+``hf``         cross-checks against ``transformers`` attention modules
+``runtime``    seeded random generators
+``cli``        the ``attnid`` command: count, verify, census
+``kernels``    Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference
+
+The book's plumbing (provenance, devices, tables, chapter setup) is the separate package ``attnbook``.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from .counts import Count, count
 from .jacobian import count_parameters, functional_rank, jacobian_matrix
+from .layer import forward, init_params
 from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
-from .runtime import describe_device, generator, resolve_device
+from .runtime import generator
+from .spec import AttentionSpec, Params
+from .verify import Verification, verify
 
 __version__ = "0.1.0"
+
+# The kernels are loaded on first use (attnid.attention): importing attnid stays light, and the
+# provenance of a result records the kernel modules only when they were used.
+_LAZY = {"attention": "attention", "attention_jvp": "attention_jvp"}
 
 __all__ = [
     "DEFAULT_MIN_GAP",
     "DEFAULT_ZERO_TOL",
+    "AttentionSpec",
+    "Count",
+    "Params",
     "RankDecision",
+    "Verification",
+    "attention",
+    "attention_jvp",
+    "count",
     "count_parameters",
     "decide_rank",
-    "describe_device",
+    "forward",
     "functional_rank",
     "generator",
+    "init_params",
     "jacobian_matrix",
-    "resolve_device",
+    "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import kernels
+
+        return getattr(kernels, _LAZY[name])
+    raise AttributeError(f"module 'attnid' has no attribute {name!r}")

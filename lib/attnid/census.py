@@ -3,6 +3,11 @@
 The shipped layouts live in ``architectures.yaml`` next to this file; ``load_layouts``
 reads that file or one a user gives, and rejects an unknown or malformed entry with an
 error naming the entry and the field.
+
+``causal`` (a YAML bool, ``true`` or ``false``) says whether the layer masks later tokens.
+It defaults to ``true`` (``DEFAULT_CAUSAL``): most entries are decoder language models, so
+an encoder or other bidirectional model (BERT) must say ``causal: false``. Anything but a
+bool (``"no"``, ``0``, ``null``) is refused rather than guessed at.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from .counts import Count, count
 from .spec import AttentionSpec
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
+# Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
+DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
-OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "norm", "sink", "uncovered", "notes",
-            "source", "transformers_check")
+OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "uncovered",
+            "notes", "source", "transformers_check")
+DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "qk_norm": ("not covered: an RMSNorm over the full-width queries and keys sees their scale, so a change of "
                 "basis inside a head is no longer free; the count below the norm is smaller, and not derived here"),
@@ -69,6 +77,9 @@ def parse_layout(key: str, entry: Any) -> Layout:
     uncovered = entry.get("uncovered", [])
     if not isinstance(uncovered, list) or any(u not in UNCOVERED for u in uncovered):
         raise _entry_error(key, f"field uncovered must be a list drawn from {', '.join(UNCOVERED)}, got {uncovered!r}")
+    causal = entry.get("causal", DEFAULT_CAUSAL)
+    if not isinstance(causal, bool):
+        raise _entry_error(key, f"field causal must be true or false (a YAML bool), got {causal!r}")
     sink = entry.get("sink", "fixed")
     if sink not in ("fixed", "learned"):
         raise _entry_error(key, f"field sink must be fixed or learned, got {sink!r}")
@@ -77,7 +88,7 @@ def parse_layout(key: str, entry: Any) -> Layout:
             d_model=entry["d_model"], heads=entry["heads"], kv_heads=entry["kv_heads"], head_dim=entry["head_dim"],
             v_head_dim=entry.get("v_head_dim", entry["head_dim"]), bias=str(entry.get("bias", "none")),
             rope_fraction=float(entry.get("rope_fraction", 0.0)), rope_base=float(entry.get("rope_base", 10000.0)),
-            causal=True, norm=entry.get("norm", "softmax"), sink_learned=sink == "learned",
+            causal=causal, norm=entry.get("norm", "softmax"), sink_learned=sink == "learned",
         )
     except (TypeError, ValueError) as exc:
         raise _entry_error(key, str(exc)) from None
@@ -160,6 +171,32 @@ class CensusRow:
 def census(layouts: list[Layout]) -> list[CensusRow]:
     """One row per layout."""
     return [CensusRow(lay, count(lay.spec), count(plain_mha(lay.spec))) for lay in layouts]
+
+
+CENSUS_COLUMNS = ("model", "layers", "params / layer", "unidentified / layer", "ratio", "plain MHA",
+                  "unidentified, all layers")
+
+
+def census_table(rows: list[CensusRow]) -> list[list[str]]:
+    """The census as strings, one list per model in the order of ``CENSUS_COLUMNS`` ('n/a' where not covered)."""
+    def shown(value: Any, spec: str) -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    body = []
+    for row in rows:
+        r = row.record()
+        body.append([r["name"], str(r["layers"]), f"{r['parameters_per_layer']:,}", shown(r["unidentified_per_layer"], ","),
+                     shown(r["ratio"], ".5f"), f"{r['plain_mha_ratio']:.5f}", shown(r["unidentified_all_layers"], ",")])
+    return body
+
+
+BIAS_COLUMNS = ("model", "query bias", "key bias", "value bias", "output bias")
+
+
+def bias_table(rows: list[CensusRow]) -> list[list[str]]:
+    """For every model with a bias: the status of b_Q, b_K, b_V, b_O ('none' where absent)."""
+    return [[row.layout.name, *(row.record()["biases"].get(k, "none") for k in "qkvo")]
+            for row in rows if row.record()["biases"]]
 
 
 def scaled_down(spec: AttentionSpec, heads: int = 4, head_dim: int = 4) -> AttentionSpec:

@@ -17,7 +17,7 @@ of one Gram matrix and two Cholesky factorisations:
 J^T J: a lower bound, accurate to many digits after ``POWER_STEPS`` steps, which can only
 overstate t_{r+1}; its relative error is negligible next to the five or more decades
 that separate ``GRAM_FLOOR`` from the zero tolerance. The Gram matrix squares the
-condition number, so only t_r >= ``GRAM_FLOOR`` is certified; below it, or when a
+condition number, so only t_r >= ``GRAM_FLOOR`` (a tolerance of ``attnid.rank``) is certified; below it, or when a
 factorisation fails (an extra null direction, or T not in the null space), the certificate
 gives up and the caller falls back to the full SVD.
 """
@@ -30,10 +30,10 @@ from collections.abc import Sequence
 import torch
 from tqdm import tqdm
 
-from .jacobian import Mode, Model, Params, count_parameters, input_jacobian
-from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision
+from .jacobian import Mode, Model, count_parameters, input_jacobian
+from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, GRAM_FLOOR, RankDecision
+from .spec import Params
 
-GRAM_FLOOR = 1e-5
 POWER_STEPS = 100
 INVERSE_STEPS = 30
 

@@ -1,8 +1,6 @@
 """The numeric checks every theory chapter runs, in one place.
 
 * ``verify_grid``: exact count next to numeric nullity for a list of layouts, as rows.
-* ``format_rows``: a fixed-width text table of those rows, printed at the precision the
-  numbers really have (integers exactly; singular values to 2 significant digits).
 * ``invariance_error``: how much random group elements (and, where they are symmetries,
   the bias moves and a head permutation) change the layer's output, relative to its size.
 * ``off_orbit_change``: how much a small step orthogonal to the orbit changes the output.
@@ -53,25 +51,6 @@ def verify_grid(specs: Sequence[AttentionSpec], *, seed: int = 0, seq_len: int |
         rows.append(GridRow(spec, v.count.total, v.count.unidentified, v.numeric_unidentified, v.matches,
                             v.decision.method, v.decision.smallest_kept))
     return rows
-
-
-def format_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G", "d_k", "d_v")) -> str:
-    """A text table: the chosen layout columns, then P, exact, numeric, match."""
-    getters = {"d": lambda s: s.d_model, "H": lambda s: s.heads, "G": lambda s: s.kv_heads,
-               "d_k": lambda s: s.head_dim, "d_v": lambda s: s.v_head_dim, "r": lambda s: s.rope_dims,
-               "bias": lambda s: s.bias or "none", "norm": lambda s: s.norm,
-               "causal": lambda s: "yes" if s.causal else "no"}
-    unknown = [c for c in columns if c not in getters]
-    if unknown:
-        raise ValueError(f"unknown column(s) {unknown}; choose from {sorted(getters)}")
-    header = [*columns, "P", "exact", "numeric", "match"]
-    body = [[str(getters[c](r.spec)) for c in columns]
-            + [str(r.total), "-" if r.exact is None else str(r.exact), str(r.numeric),
-               {True: "yes", False: "NO", None: "n/a"}[r.matches]] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths)) for b in body]
-    return "\n".join(lines)
 
 
 def _point(spec: AttentionSpec, seed: int, seq_len: int, device: torch.device | str):

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from .counts import Count, count
 from .spec import NORMS, AttentionSpec
-from .verify import Verification, verify
+from .verify import MIN_SEQ_LEN, Verification, default_seq_len, verify
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,13 +40,21 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _seq_len_help() -> str:
+    """--seq-len's help, the default worded from the library's own rule (one source of truth)."""
+    doc = (default_seq_len.__doc__ or "").strip().splitlines()
+    rule = f": {doc[0].rstrip('.')}" if doc and doc[0] else ""
+    return (f"tokens per random input, at least {MIN_SEQ_LEN} (default: the library's "
+            f"attnid.verify.default_seq_len(layout){rule})").replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnid", description="Count the parameters an attention layout cannot identify.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_layout_flags(sub.add_parser("count", help="exact counts for a layout"))
     v = sub.add_parser("verify", help="exact counts and the numeric Jacobian nullity")
     _add_layout_flags(v)
-    v.add_argument("--seq-len", type=int, default=8, help="tokens per random input (default 8, at least 2)")
+    v.add_argument("--seq-len", type=int, default=None, help=_seq_len_help())  # None: verify applies the rule
     v.add_argument("--seed", type=int, default=0, help="seed for the random point and inputs (default 0)")
     v.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)")

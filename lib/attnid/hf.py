@@ -23,8 +23,7 @@ import torch
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .jacobian import Params
-from .spec import AttentionSpec
+from .spec import AttentionSpec, Params
 
 FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss")
 # The eager attention of Llama, Qwen2 and GPT-NeoX computes its softmax in float32 even in a float64
@@ -197,21 +196,44 @@ def _gpt_neox(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
     return HFLayer("gpt_neox", module, spec, to_attnid, from_attnid, forward_kwargs)
 
 
+# What the transformers modules can express: GPT-2 and GPT-NeoX have one key/value head per query head;
+# GPT-2 has no RoPE (its learned positions are added outside the layer); Llama, Qwen2 and gpt-oss rotate
+# the whole head (their apply_rotary_pos_emb has no pass-through part); GPT-NeoX rotates any even share.
+NO_GQA = ("gpt2", "gpt_neox")
+FIXED_ROPE_FRACTION = {"gpt2": 0.0, "llama": 1.0, "qwen2": 1.0, "gpt_oss": 1.0}
+
+
 def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_dim: int = 4,
-                rope_fraction: float = 1.0) -> AttentionSpec:
-    """The attnid layout of a family's attention at a small size (biases and normalisation as in the family)."""
+                rope_fraction: float | None = None) -> AttentionSpec:
+    """The attnid layout of a family's attention at a small size (biases and normalisation as in the family).
+
+    ``kv_heads`` defaults to ``heads``; ``rope_fraction`` defaults to the family's own (0 for GPT-2,
+    1 for Llama, Qwen2, gpt-oss and GPT-NeoX). A value the family's transformers module cannot have
+    (grouped key/values for GPT-2 or GPT-NeoX; a RoPE share other than the fixed one for the rest)
+    is refused with a ValueError naming the argument and the family, never silently ignored.
+    """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    kv = heads if kv_heads is None else kv_heads
+    if family in NO_GQA and kv != heads:
+        raise ValueError(f"kv_heads={kv} is not available for family {family}: its transformers module has one "
+                         f"key/value head per query head (kv_heads must equal heads={heads})")
+    fixed = FIXED_ROPE_FRACTION.get(family)
+    if rope_fraction is None:
+        rope_fraction = 1.0 if fixed is None else fixed
+    elif fixed is not None and rope_fraction != fixed:
+        what = "has no RoPE" if fixed == 0.0 else "rotates the whole head"
+        raise ValueError(f"rope_fraction={rope_fraction} is not available for family {family}: its transformers "
+                         f"module {what} (rope_fraction must be {fixed})")
     d = heads * head_dim
     if family == "gpt2":
         return AttentionSpec.create(d, heads, bias="qkvo", causal=True)
     if family == "gpt_neox":
         return AttentionSpec.create(d, heads, bias="qkvo", rope_fraction=rope_fraction, causal=True)
-    kv = heads if kv_heads is None else kv_heads
     bias = {"llama": "none", "qwen2": "qkv", "gpt_oss": "qkvo"}[family]
     norm = "sink" if family == "gpt_oss" else "softmax"
     return AttentionSpec.create(d, heads, kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim, bias=bias,
-                                rope_fraction=1.0, causal=True, norm=norm, sink_learned=family == "gpt_oss")
+                                rope_fraction=rope_fraction, causal=True, norm=norm, sink_learned=family == "gpt_oss")
 
 
 def build(family: str, spec: AttentionSpec, seed: int = 0) -> HFLayer:

@@ -8,7 +8,7 @@ input in a list: ``jacobian_matrix`` builds J, ``functional_rank`` decides its r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -16,8 +16,8 @@ from torch.func import jacfwd, jacrev
 from tqdm import tqdm
 
 from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
+from .spec import Params
 
-Params = Mapping[str, torch.Tensor]
 Model = Callable[[Params, torch.Tensor], torch.Tensor]
 Mode = Literal["auto", "forward", "reverse"]
 

@@ -18,28 +18,9 @@ import math
 
 import torch
 
-from .jacobian import Params
-from .spec import AttentionSpec
-
-
-def rope_tables(n: int, rope_dims: int, base: float, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (n, r) for positions 0..n-1, frequencies base^(-2i/r), rotate-half layout."""
-    half = rope_dims // 2
-    inv_freq = base ** (-torch.arange(half, dtype=torch.float64, device=device) * 2 / rope_dims)
-    angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, rope_dims: int, base: float) -> torch.Tensor:
-    """Rotate the first r dimensions of x (..., n, d_k): pairs (i, i + r/2) by angle p * base^(-2i/r)."""
-    if rope_dims == 0:
-        return x
-    cos, sin = rope_tables(x.shape[-2], rope_dims, base, x.dtype, x.device)
-    rot, rest = x[..., :rope_dims], x[..., rope_dims:]
-    x1, x2 = rot[..., : rope_dims // 2], rot[..., rope_dims // 2 :]
-    rotated = rot * cos + torch.cat([-x2, x1], dim=-1) * sin
-    return torch.cat([rotated, rest], dim=-1)
+from .normalise import attention_weights
+from .rope import apply_rope
+from .spec import AttentionSpec, Params
 
 
 def parameter_shapes(spec: AttentionSpec) -> dict[str, tuple[int, ...]]:
@@ -80,23 +61,6 @@ def check_params(params: Params, spec: AttentionSpec) -> None:
             raise ValueError(f"{name} contains NaN or inf")
 
 
-def normalise(scores: torch.Tensor, spec: AttentionSpec, sink: torch.Tensor | None) -> torch.Tensor:
-    """Scores (..., H, n, n) -> attention weights, with the causal mask applied."""
-    n = scores.shape[-1]
-    mask = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1) if spec.causal else None
-    if spec.norm == "sigmoid":
-        weights = torch.sigmoid(scores)
-        return weights.masked_fill(mask, 0.0) if mask is not None else weights
-    if mask is not None:
-        scores = scores.masked_fill(mask, -math.inf)
-    if spec.norm == "softmax":
-        return torch.softmax(scores, dim=-1)
-    # sink: one extra logit per head in the denominator only
-    sink_logit = (sink if sink is not None else scores.new_zeros(spec.heads))[:, None, None]
-    extra = sink_logit.expand(*scores.shape[:-1], 1)
-    return torch.softmax(torch.cat([scores, extra], dim=-1), dim=-1)[..., :-1]
-
-
 def _head_bias(params: Params, name: str) -> torch.Tensor | float:
     """A per-head bias (heads, width) shaped (heads, 1, width) to broadcast over tokens; 0 if absent."""
     bias = params.get(name)
@@ -123,7 +87,9 @@ def forward(params: Params, x: torch.Tensor, spec: AttentionSpec, backend: str =
         groups = torch.tensor([spec.group_of_head(h) for h in range(spec.heads)], device=x.device)
         q, k = apply_rope(q, spec.rope_dims, spec.rope_base), apply_rope(k, spec.rope_dims, spec.rope_base)
         k, v = k.index_select(-3, groups), v.index_select(-3, groups)  # share K/V heads by index
-        mixed = normalise(q @ k.transpose(-1, -2) / math.sqrt(spec.head_dim), spec, params.get("sink")) @ v
+        scores = q @ k.transpose(-1, -2) / math.sqrt(spec.head_dim)
+        weights = attention_weights(scores, norm=spec.norm, causal=spec.causal, sink=params.get("sink"))
+        mixed = weights @ v
     return torch.einsum("...hnv,hvd->...nd", mixed, params["W_O"]) + params.get("b_O", 0.0)
 
 

@@ -18,6 +18,11 @@ Rule (all quantities relative to the largest singular value s_1):
        inputs might reveal more directions, and the decision is not clear.
 A decision that is not clear is reported as such; callers that need an answer raise.
 
+Rule 2 is ``numerical_rank``; ``decide_rank`` and every other rank decision in the library
+(the span of the orbit generators, the value-bias directions a layer without b_O cannot
+see, whether a group element or a Gram matrix can be inverted) call it, so the comparison
+is written once. Each tolerance is a named constant below with the reason for its value.
+
 The fast path (``attnid.certify``) reaches the same decision without the full spectrum: it
 proves an upper bound on t_{r+1} and a lower bound on t_r, and applies rules 3(a) and 3(b)
 to the bounds. Such a decision carries the bounds instead of ``singular_values``.
@@ -30,9 +35,27 @@ from dataclasses import dataclass
 
 import torch
 
+# A singular value counts as zero at or below 1e-10 of the largest: about a million times float64
+# round-off (eps * size) for the matrices in this book, and far below any value a generic
+# point makes non-zero. Used for Jacobians and for matrices built from the parameters.
 DEFAULT_ZERO_TOL: float = 1e-10
+# Six decades between the kept and the dropped values: round-off cannot open such a gap by
+# chance, and a smoothly decaying spectrum never shows one.
 DEFAULT_MIN_GAP: float = 1e6
+# float64 machine epsilon: the floor for the gap's denominator, so exact zeros compare like round-off.
 FLOAT64_EPS: float = float(torch.finfo(torch.float64).eps)
+# A matrix is numerically singular when its smallest singular value is at most 1e-12 of its
+# largest (condition number 1e12 or more): its inverse would keep at most four of float64's
+# sixteen digits, too few to check that a moved layer computes the same function.
+INVERTIBLE_REL_TOL: float = 1e-12
+# Least-squares residual, relative to max(1, largest entry), below which a matrix lies in a
+# span (the RoPE commutant): an exact combination leaves round-off, about 1e-16, while a
+# matrix outside the span leaves a residual of order one; 1e-10 sits six decades above the first.
+COMMUTANT_TOL: float = 1e-10
+# The certificate (attnid.certify) proves t_r only down to 1e-5: its Gram matrix squares the
+# condition number, so t_r = 1e-5 is a relative Gram eigenvalue of 1e-10, just a few decades
+# above the Gram's own round-off (eps times its size); below it a Cholesky bound is untrustworthy.
+GRAM_FLOOR: float = 1e-5
 
 
 @dataclass(frozen=True)
@@ -149,5 +172,60 @@ def decide_rank(
     s = singular_values.detach().to("cpu", torch.float64)
     if not torch.isfinite(s).all():
         raise ValueError("singular values contain NaN or inf: the Jacobian is not finite")
-    rank = int((s > zero_tol * s[0]).sum()) if s.numel() and s[0] > 0 else 0
-    return RankDecision(s, n_rows, n_params, rank, zero_tol, min_gap)
+    return RankDecision(s, n_rows, n_params, numerical_rank(s, zero_tol), zero_tol, min_gap)
+
+
+def _kept(values: torch.Tensor, largest: torch.Tensor | float, rel_tol: float) -> torch.Tensor:
+    """Rule 2's one comparison: which values stand above ``rel_tol`` times ``largest``."""
+    return values > rel_tol * largest
+
+
+def numerical_rank(singular_values: torch.Tensor, rel_tol: float = DEFAULT_ZERO_TOL) -> int:
+    """Rule 2: how many of the (1-D, any order) singular values exceed ``rel_tol`` times the largest.
+
+    0 when there are none or the largest is not positive. The values may also be the
+    eigenvalues of a positive semi-definite matrix (its singular values); round-off
+    negatives then count as zero.
+    """
+    if singular_values.ndim != 1:
+        raise ValueError(f"singular_values must be 1-D, got shape {tuple(singular_values.shape)}")
+    if not 0 < rel_tol < 1:
+        raise ValueError(f"rel_tol must lie in (0, 1), got {rel_tol}")
+    s = singular_values.detach().to("cpu", torch.float64)
+    if not torch.isfinite(s).all():
+        raise ValueError("singular values contain NaN or inf")
+    if s.numel() == 0 or s.max() <= 0:
+        return 0
+    return int(_kept(s, s.max(), rel_tol).sum())
+
+
+def counts_as_zero(value: float, largest: float, rel_tol: float = DEFAULT_ZERO_TOL) -> bool:
+    """Rule 2 for one value measured against a known largest singular value: True when it would be dropped.
+
+    Like ``numerical_rank``, everything counts as zero when ``largest`` is not positive.
+    """
+    if not (math.isfinite(value) and math.isfinite(largest)):
+        raise ValueError(f"value and largest must be finite, got {value} and {largest}")
+    if not 0 < rel_tol < 1:
+        raise ValueError(f"rel_tol must lie in (0, 1), got {rel_tol}")
+    if largest <= 0:
+        return True
+    return not bool(_kept(torch.tensor(float(value), dtype=torch.float64), float(largest), rel_tol))
+
+
+def is_invertible(singular_values: torch.Tensor, rel_tol: float = INVERTIBLE_REL_TOL) -> bool:
+    """Whether every matrix with these singular values (shape (..., n), one row per matrix) is numerically invertible.
+
+    Invertible: finite, and all n values kept by rule 2 at ``rel_tol`` (the default
+    ``INVERTIBLE_REL_TOL`` is a bound on the condition number). Non-finite values mean
+    the matrix itself was not finite: not invertible.
+    """
+    if singular_values.ndim == 0:
+        raise ValueError("singular_values must have at least one dimension (..., n)")
+    s = singular_values.detach().to("cpu", torch.float64)
+    if not torch.isfinite(s).all():
+        return False
+    n = s.shape[-1]
+    if n == 0 or s.numel() == 0:
+        return True  # empty matrices (or none at all) are trivially invertible
+    return all(numerical_rank(row, rel_tol) == n for row in s.reshape(-1, n))

@@ -5,18 +5,25 @@ weights: the model width, the query heads H and key/value heads G (G divides H: 
 G = H, GQA when 1 < G < H, MQA when G = 1), the per-head widths d_k and d_v, which of the
 four biases exist, rotary position embeddings (RoPE) on the first r of the d_k
 dimensions, a causal mask, and how scores are normalised (softmax, softmax with a sink
-logit in the denominator, or an elementwise sigmoid).
+logit in the denominator, or an elementwise sigmoid). ``Params``, the type of a point in
+parameter space, lives here too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import torch
+
+from .normalise import NORMS
+
 Norm = Literal["softmax", "sink", "sigmoid"]
-NORMS: tuple[str, ...] = ("softmax", "sink", "sigmoid")
 BIAS_LETTERS = "qkvo"
+# A point in parameter space: named tensors (the layer's W_Q, W_K, ..., or any model's).
+Params = Mapping[str, torch.Tensor]
 
 
 def parse_bias(text: str) -> str:
@@ -184,3 +191,27 @@ class AttentionSpec:
         out = asdict(self)
         out["bias"] = self.bias or "none"
         return out
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of n, ascending."""
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def standard_layouts(d_model: int, heads: list[int] | None = None, biases: tuple[str, ...] = ("none",)) -> list[AttentionSpec]:
+    """The standard layouts of width d: head widths d/H, every G dividing H, with and without full RoPE.
+
+    ``heads`` defaults to every H dividing d; full RoPE is added where d/H is even (RoPE rotates
+    pairs). Each layout appears once per bias flag in ``biases``. Order: H, then G, RoPE off then on, bias.
+    """
+    _positive_int("d_model", d_model)
+    chosen = divisors(d_model) if heads is None else heads
+    bad = [h for h in chosen if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d_model % h]
+    if bad:
+        raise ValueError(f"heads {bad} do not divide d_model {d_model}; the standard layout has d_k = d_model / H")
+    layouts = []
+    for h in chosen:
+        for g in divisors(h):
+            for rope in (0.0, 1.0) if (d_model // h) % 2 == 0 else (0.0,):
+                layouts += [AttentionSpec.create(d_model, h, kv_heads=g, rope_fraction=rope, bias=b) for b in biases]
+    return layouts

@@ -37,3 +37,16 @@ def exact_nullity(outputs: Sequence[sp.Expr], variables: Sequence[sp.Symbol], se
     point = {v: sp.Integer(rng.randint(-bound, bound)) for v in variables}
     jacobian = sp.Matrix(list(outputs)).jacobian(list(variables))
     return len(variables) - jacobian.subs(point).rank()
+
+
+def product_map_nullity(d_model: int, head_dim: int, v_head_dim: int, seed: int) -> int:
+    """Exact-rank upper bound on the unidentified dimension of one head's product map.
+
+    The map (W_Q, W_K, W_V, W_O) -> (W_Q W_K^T, W_V W_O) is what a single head's function
+    factors through; ``exact_nullity`` of its entries at a random integer point bounds the
+    generic nullity from above (chapter 2 pairs it with the GL(d_k) x GL(d_v) lower bound).
+    """
+    wq, wk = matrix_symbols("Q", d_model, head_dim), matrix_symbols("K", d_model, head_dim)
+    wv, wo = matrix_symbols("V", d_model, v_head_dim), matrix_symbols("O", v_head_dim, d_model)
+    outputs = list(wq * wk.T) + list(wv * wo)
+    return exact_nullity(outputs, list(wq) + list(wk) + list(wv) + list(wo), seed=seed)

@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from .jacobian import Params
+from .counts import FactoredCount
+from .spec import Params
+
+__all__ = ["FactoredCount", "factored_linear", "product", "random_factored_params", "random_inputs"]
 
 
 def product(params: Params, x: torch.Tensor) -> torch.Tensor:
@@ -24,47 +25,6 @@ def product(params: Params, x: torch.Tensor) -> torch.Tensor:
 def factored_linear(params: Params, x: torch.Tensor) -> torch.Tensor:
     """f(X; A, B) = X A B for X of shape (n, d_in)."""
     return x @ params["A"] @ params["B"]
-
-
-@dataclass(frozen=True)
-class FactoredCount:
-    """Exact identification count of f(X) = X A B."""
-
-    d_in: int
-    k: int
-    d_out: int
-
-    def __post_init__(self) -> None:
-        for name in ("d_in", "k", "d_out"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-    @property
-    def total(self) -> int:
-        """P = k (d_in + d_out)."""
-        return self.k * (self.d_in + self.d_out)
-
-    @property
-    def product_rank(self) -> int:
-        """r = min(k, d_in, d_out), the rank of A B at a generic point."""
-        return min(self.k, self.d_in, self.d_out)
-
-    @property
-    def identified(self) -> int:
-        """Dimension of the d_in x d_out matrices of rank <= r: r (d_in + d_out - r)."""
-        r = self.product_rank
-        return r * (self.d_in + self.d_out - r)
-
-    @property
-    def unidentified(self) -> int:
-        """P minus the identified dimension; equals k^2 when k <= min(d_in, d_out)."""
-        return self.total - self.identified
-
-    @property
-    def ratio(self) -> float:
-        """Share of unidentified parameters."""
-        return self.unidentified / self.total
 
 
 def random_factored_params(

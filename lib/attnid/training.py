@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import symmetry as sym
-from .jacobian import Params, flatten
+from .jacobian import flatten
 from .layer import forward, init_params
-from .spec import AttentionSpec
+from .spec import AttentionSpec, Params
 
 OPTIMISERS = ("sgd", "momentum", "adam", "adamw")
 REBALANCING = ("none", "project", "balance")
@@ -37,16 +37,12 @@ ATTENTION_PREFIX = "attn."
 
 @dataclass(frozen=True)
 class Problem:
-    """A loss of named parameters; ``attention`` picks out the layer whose orbit is measured."""
+    """A loss of named parameters; ``attention_part`` picks out the layer whose orbit is measured."""
 
     name: str
     spec: AttentionSpec
     init: Callable[[int], dict[str, torch.Tensor]]
     loss: Callable[[Params], torch.Tensor]
-
-    def attention(self, params: Params) -> dict[str, torch.Tensor]:
-        """The attention layer's parameters (names without the prefix), sharing storage with ``params``."""
-        return attention_part(params)
 
 
 def attention_part(params: Params) -> dict[str, torch.Tensor]:
@@ -56,6 +52,25 @@ def attention_part(params: Params) -> dict[str, torch.Tensor]:
 
 def _prefixed(params: Params) -> dict[str, torch.Tensor]:
     return {ATTENTION_PREFIX + name: p for name, p in params.items()}
+
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def student_spec(d_model: int, entry: list | tuple, **extra) -> AttentionSpec:
+    """A student layout from the chapters' compact form [heads, kv_heads, rope_fraction, bias]."""
+    if len(entry) != 4:
+        raise ValueError(f"a student is [heads, kv_heads, rope_fraction, bias], got {entry!r}")
+    heads, kv_heads, rope, bias = entry
+    return AttentionSpec.create(d_model, heads, kv_heads=kv_heads, rope_fraction=rope, bias=bias, **extra)
+
+
+def precision(dtype_name: str, device: torch.device) -> tuple[torch.dtype, str]:
+    """(dtype, backend) for a run: float32 on CUDA goes through the Triton kernels, everything else the reference."""
+    if dtype_name not in DTYPES:
+        raise ValueError(f"DTYPE must be one of {sorted(DTYPES)}, got {dtype_name!r}")
+    dtype = DTYPES[dtype_name]
+    return dtype, "kernels" if device.type == "cuda" and dtype == torch.float32 else "reference"
 
 
 def teacher_student(
@@ -208,7 +223,7 @@ def train(
         raise ValueError(f"steps and balance_every must be >= 1 and measure_every >= 0; got {steps}, {balance_every}, {measure_every}")
     params = {n: p.detach().clone().requires_grad_() for n, p in problem.init(seed).items()}
     opt = make_optimiser(optimiser, list(params.values()), lr, weight_decay)
-    attn = problem.attention(params)
+    attn = attention_part(params)
     spec = problem.spec
     start_c = sym.conserved_quantities({n: p.detach() for n, p in attn.items()}, spec)
     size = squared_norm(attn)

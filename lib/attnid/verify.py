@@ -12,6 +12,7 @@ exactly the orbit tangent proves the rank is the largest any number of inputs ca
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,11 +20,11 @@ from tqdm import tqdm
 
 from .certify import certify_nullity
 from .counts import Count, count
-from .jacobian import Mode, RankAccumulator, count_parameters, input_jacobian
+from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
 from .layer import forward, init_params
-from .rank import RankDecision
+from .rank import RankDecision, counts_as_zero
 from .runtime import generator
-from .spec import AttentionSpec
+from .spec import AttentionSpec, Params
 from .symmetry import orbit_tangent
 
 MIN_SEQ_LEN = 2
@@ -99,7 +100,86 @@ def default_inputs(spec: AttentionSpec, seq_len: int) -> int:
 
 
 def _inputs(spec: AttentionSpec, gen: torch.Generator, n_inputs: int, seq_len: int, device) -> list[torch.Tensor]:
+    """``n_inputs`` Gaussian inputs (seq_len, d_model) in float64, drawn from ``gen`` in order."""
     return [torch.randn(seq_len, spec.d_model, generator=gen, dtype=torch.float64).to(device) for _ in range(n_inputs)]
+
+
+def _check_arguments(spec: AttentionSpec, seq_len: int | None, n_inputs: int | None, method: str) -> tuple[int, int]:
+    """(seq_len, n_inputs) with defaults filled in; ValueError for a bad seq_len, n_inputs or method."""
+    seq_len = default_seq_len(spec) if seq_len is None else seq_len
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < MIN_SEQ_LEN:
+        raise ValueError(f"seq_len must be an integer >= {MIN_SEQ_LEN} (attention over one token is constant), got {seq_len!r}")
+    n_inputs = default_inputs(spec, seq_len) if n_inputs is None else n_inputs
+    if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
+        raise ValueError(f"n_inputs must be a positive integer, got {n_inputs!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    return seq_len, n_inputs
+
+
+def _draw_point(spec: AttentionSpec, gen: torch.Generator, device: torch.device | str) -> Params:
+    """The random point (the first draws from ``gen``), checked against the exact count's parameter total."""
+    params = init_params(spec, gen, device=device)
+    drawn, expected = count_parameters(params), count(spec).total
+    if drawn != expected:
+        # ValueError, as the architecture issue asks: it is raised for one layout (the spec argument), and
+        # callers such as the CLI report a ValueError as a one-line error naming the layout. It can only mean
+        # that attnid.layer.init_params and attnid.counts.count disagree about this layout (a bug in one).
+        raise ValueError(
+            f"the random point has {drawn} parameters but the exact count says {expected} for {spec.describe()}: "
+            "attnid.layer and attnid.counts disagree about this layout"
+        )
+    return params
+
+
+def _try_certificate(layer: Model, params: Params, inputs: list[torch.Tensor], basis: torch.Tensor, mode: Mode,
+                     progress: bool) -> RankDecision | None:
+    """A clear certified decision that the null space is span(basis), or None when it cannot be proved."""
+    certified = certify_nullity(layer, params, inputs, basis, mode=mode, progress=progress)
+    return certified if certified is not None and certified.clear else None
+
+
+def _accumulate(layer: Model, params: Params, inputs: list[torch.Tensor], basis: torch.Tensor | None, mode: Mode,
+                progress: bool) -> tuple[RankAccumulator, float]:
+    """The inputs' Jacobian blocks folded into an accumulator, and ||J T||_F^2 (0 without an orbit basis T)."""
+    acc = RankAccumulator(count_parameters(params))
+    orbit_stretch = 0.0  # ||J T||_F^2: how far the orbit tangent is from the null space
+    for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
+        block = input_jacobian(layer, params, x, mode)
+        acc.add(block)
+        if basis is not None:
+            orbit_stretch += float((block @ basis).pow(2).sum())
+    return acc, orbit_stretch
+
+
+def _orbit_is_null_space(decision: RankDecision, basis: torch.Tensor, orbit_stretch: float) -> bool:
+    """Whether the clear SVD decision's null space is the orbit tangent: same dimension, and J T counted as zero.
+
+    Then the rank is final: the orbit directions are exact symmetries for every input, so no
+    number of inputs can push the rank above P - dim(orbit).
+    """
+    if not (decision.clear and decision.nullity == basis.shape[1]):
+        return False
+    s_1 = float(decision.singular_values[0])
+    return s_1 > 0 and counts_as_zero(orbit_stretch**0.5, s_1, decision.zero_tol)
+
+
+def _grow_until_stable(acc: RankAccumulator, decision: RankDecision, n_inputs: int,
+                       draw: Callable[[int], list[torch.Tensor]], layer: Model, params: Params,
+                       mode: Mode) -> NumericRank:
+    """Add half as many inputs again (``draw(k)`` gives k new ones) until the rank stops rising.
+
+    At most MAX_EXTRA_ROUNDS rounds; a rank still rising after the last is reported unstable.
+    """
+    for _ in range(MAX_EXTRA_ROUNDS):
+        extra = draw(max(1, n_inputs // 2))
+        for x in extra:
+            acc.add(input_jacobian(layer, params, x, mode))
+        n_inputs += len(extra)
+        previous, decision = decision, acc.decide()
+        if decision.rank == previous.rank:
+            return NumericRank(decision, n_inputs, stable=True)
+    return NumericRank(decision, n_inputs, stable=False)
 
 
 def numeric_rank(
@@ -119,51 +199,25 @@ def numeric_rank(
     'auto' first tries to certify that the null space is the orbit tangent (layouts with an
     exact count only) and falls back to the SVD route when that cannot be proved.
     """
-    seq_len = default_seq_len(spec) if seq_len is None else seq_len
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < MIN_SEQ_LEN:
-        raise ValueError(f"seq_len must be an integer >= {MIN_SEQ_LEN} (attention over one token is constant), got {seq_len!r}")
-    n_inputs = default_inputs(spec, seq_len) if n_inputs is None else n_inputs
-    if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
-        raise ValueError(f"n_inputs must be a positive integer, got {n_inputs!r}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    gen = generator(seed)
-    params = init_params(spec, gen, device=device)
-    assert count_parameters(params) == count(spec).total
+    seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, method)
+    gen = generator(seed)  # draws, in order: the point, the first inputs, then each round's extra inputs
+    params = _draw_point(spec, gen, device)
     inputs = _inputs(spec, gen, n_inputs, seq_len, device)
 
-    def layer(p, x):
+    def layer(p: Params, x: torch.Tensor) -> torch.Tensor:
         return forward(p, x, spec)
 
     basis = orbit_tangent(params, spec) if count(spec).covered else None
     if method == "auto" and basis is not None:
-        certified = certify_nullity(layer, params, inputs, basis, mode=mode, progress=progress)
-        if certified is not None and certified.clear:
+        certified = _try_certificate(layer, params, inputs, basis, mode, progress)
+        if certified is not None:
             return NumericRank(certified, n_inputs, stable=True)
-
-    acc = RankAccumulator(count_parameters(params))
-    orbit_stretch = 0.0  # ||J T||_F^2: how far the orbit tangent is from the null space
-    for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
-        block = input_jacobian(layer, params, x, mode)
-        acc.add(block)
-        if basis is not None:
-            orbit_stretch += float((block @ basis).pow(2).sum())
+    acc, orbit_stretch = _accumulate(layer, params, inputs, basis, mode, progress)
     decision = acc.decide()
-    if basis is not None and decision.clear and decision.nullity == basis.shape[1]:
-        s_1 = float(decision.singular_values[0])
-        if s_1 > 0 and orbit_stretch**0.5 <= decision.zero_tol * s_1:
-            # the null space contains the orbit tangent, whose directions are exact symmetries for every
-            # input: no number of inputs can push the rank above P - dim(orbit), so this rank is final
-            return NumericRank(decision, n_inputs, stable=True)
-    for _ in range(MAX_EXTRA_ROUNDS):
-        extra = _inputs(spec, gen, max(1, n_inputs // 2), seq_len, device)
-        for x in extra:
-            acc.add(input_jacobian(layer, params, x, mode))
-        n_inputs += len(extra)
-        previous, decision = decision, acc.decide()
-        if decision.rank == previous.rank:
-            return NumericRank(decision, n_inputs, stable=True)
-    return NumericRank(decision, n_inputs, stable=False)
+    if basis is not None and _orbit_is_null_space(decision, basis, orbit_stretch):
+        return NumericRank(decision, n_inputs, stable=True)
+    return _grow_until_stable(acc, decision, n_inputs, lambda k: _inputs(spec, gen, k, seq_len, device),
+                              layer, params, mode)
 
 
 def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,

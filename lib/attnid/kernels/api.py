@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
+from .problem import Problem
 from .reference import reference_attention
 
 BACKENDS = ("auto", "triton", "reference")
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A checked call: everything but the tensors."""
-
-    causal: bool
-    rope_dims: int
-    rope_base: float
-    scale: float
 
 
 def _shape(name: str, x: Any) -> tuple[int, int, int, int]:
@@ -121,8 +111,9 @@ def _flash():
     return flash
 
 
-def _config(causal: bool, rope_dims: int, rope_base: float, scale: float):
-    return _flash().Config(causal, rope_dims, rope_base, scale)
+def _config(causal: bool, rope_dims: int, rope_base: float, scale: float) -> Problem:
+    """The record the kernels read, rebuilt from a custom operator's plain arguments."""
+    return Problem(causal, rope_dims, rope_base, scale)
 
 
 @torch.library.custom_op("attnid::flash_forward", mutates_args=())

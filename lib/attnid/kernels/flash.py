@@ -13,29 +13,20 @@ before the import, simulated on the CPU with numpy (float32 only there; slow; fo
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 from triton import knobs
 
+from ..rope import rope_tables as reference_tables
+from .problem import Problem
+
 INTERPRETED: bool = bool(knobs.runtime.interpret)
-LOG2E = 1.4426950408889634
+# log2(e): the kernels work in base 2 (exp2, log2), so scores and logits are scaled by it.
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 # Tests set this to True: every output is allocated full of NaN, so an element a kernel forgets to
 # write cannot pass for a correct one.
 POISON_OUTPUTS = False
-
-
-@dataclass(frozen=True)
-class Config:
-    """What the kernels need to know besides the tensors."""
-
-    causal: bool
-    rope_dims: int  # R: rotated columns, even, 0 for no RoPE
-    rope_base: float
-    scale: float
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,7 +119,7 @@ def _forward_kernel(
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
     q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
-    qk_scale = scale * 1.4426950408889634  # scores in base-2 units
+    qk_scale = scale * LOG2E  # scores in base-2 units
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -166,7 +157,7 @@ def _forward_kernel(
         m_i = m_new
 
     if HAS_SINK:  # one more logit per head, in the denominator only
-        sink = tl.load(Sink + h).to(tl.float32) * 1.4426950408889634
+        sink = tl.load(Sink + h).to(tl.float32) * LOG2E
         m_new = tl.maximum(m_i, sink)
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.exp2(sink - m_new)
@@ -181,7 +172,7 @@ def _forward_kernel(
     o_ptrs = b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + cols_v[None, :]
     o_mask = rows_ok[:, None] & (cols_v[None, :] < DV)
     tl.store(Out + o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + bh * n_ctx + offs_m, (m_i + tl.log2(l_i)) / 1.4426950408889634, mask=rows_ok)
+    tl.store(Lse + bh * n_ctx + offs_m, (m_i + tl.log2(l_i)) / LOG2E, mask=rows_ok)
     if TANGENT:
         t_out = acc_t / l_i[:, None] - (g_i / l_i)[:, None] * out
         tl.store(TOut + o_ptrs, t_out.to(TOut.dtype.element_ty), mask=o_mask)
@@ -222,7 +213,7 @@ def _backward_dkdv_kernel(
     v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
-    qk_scale = scale * 1.4426950408889634
+    qk_scale = scale * LOG2E
 
     # Causal: query blocks wholly before this key block cannot see it.
     lo = 0
@@ -241,7 +232,7 @@ def _backward_dkdv_kernel(
             lse = tl.load(Lse + row_off + queries, mask=queries < n_ctx, other=0.0)
             delta = tl.load(Delta + row_off + queries, mask=queries < n_ctx, other=0.0)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
-            p_t = tl.exp2(s_t - lse[None, :] * 1.4426950408889634)
+            p_t = tl.exp2(s_t - lse[None, :] * LOG2E)
             p_t = tl.where(tl.trans(_visible(queries, keys, n_ctx, CAUSAL)), p_t, 0.0)
             dv += tl.dot(p_t.to(dtype), do, input_precision=PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -286,7 +277,7 @@ def _backward_dq_kernel(
     lse = tl.load(Lse + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
     delta = tl.load(Delta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
-    qk_scale = scale * 1.4426950408889634
+    qk_scale = scale * LOG2E
 
     hi = n_ctx
     if CAUSAL:
@@ -297,7 +288,7 @@ def _backward_dq_kernel(
         v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
         v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        p = tl.exp2(s - lse[:, None] * 1.4426950408889634)
+        p = tl.exp2(s - lse[:, None] * LOG2E)
         p = tl.where(_visible(queries, keys, n_ctx, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
@@ -319,8 +310,6 @@ _TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 def rope_tables(n: int, rope_dims: int, base: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 cos/sin (n, R), computed in float64 by the reference's formula; cached per shape."""
-    from ..layer import rope_tables as reference_tables
-
     key = (n, rope_dims, base, str(device))
     if key not in _TABLES:
         if rope_dims == 0:
@@ -373,7 +362,7 @@ def _precision(dtype: torch.dtype) -> str | None:
     return "ieee" if dtype == torch.float32 else None
 
 
-def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, cfg: Config) -> dict:
+def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, cfg: Problem) -> dict:
     d, dv = q.shape[-1], v.shape[-1]
     block_m, block_n, warps, stages = config(kind, max(d, dv), q.element_size())
     return dict(
@@ -384,7 +373,7 @@ def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, cfg: Config) -> di
 
 
 def forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, cfg: Config,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, cfg: Problem,
     tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(out, lse, tangent_out): out (B, H, N, DV), lse (B, H, N) float32; tangent_out if tangents given."""
@@ -409,7 +398,7 @@ def forward(
 
 def backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    d_out: torch.Tensor, cfg: Config,
+    d_out: torch.Tensor, cfg: Problem,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs."""
     batch, heads, n, _ = q.shape
@@ -433,7 +422,3 @@ def backward(
         n, heads, heads // kv_heads, cfg.scale, **args,
     )
     return dq, dk, dv, delta
-
-
-def default_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)

@@ -6,11 +6,10 @@ Triton kernels are tested against. Unlike the kernels it materialises the (N, N)
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..layer import apply_rope
+from ..normalise import attention_weights
+from ..rope import apply_rope
 
 
 def reference_attention(
@@ -29,13 +28,7 @@ def reference_attention(
     # (B, G, H/G, N, D): the query heads of one group side by side, broadcast against their k/v head.
     q = q.reshape(batch, kv_heads, heads // kv_heads, n, d)
     scores = q @ k[:, :, None].transpose(-1, -2) * scale
-    if causal:
-        above = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(above, -math.inf)
-    if sink is None:
-        weights = torch.softmax(scores, dim=-1)
-    else:
-        logit = sink.to(work).reshape(1, kv_heads, heads // kv_heads, 1, 1).expand(*scores.shape[:-1], 1)
-        weights = torch.softmax(torch.cat([scores, logit], dim=-1), dim=-1)[..., :-1]
+    logits = None if sink is None else sink.to(work).reshape(kv_heads, heads // kv_heads)
+    weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal, sink=logits)
     out = weights @ v[:, :, None]
     return out.reshape(batch, heads, n, v.shape[-1]).to(dtype)

@@ -1,28 +1,29 @@
-"""Device and seed handling."""
+"""Device (the book's DEVICE parameter) and seed handling."""
 
 import pytest
 import torch
 
 import attnid
+from attnbook.devices import describe_device, resolve_device
 
 
 def test_cpu_and_auto_resolve() -> None:
-    assert attnid.resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert attnid.resolve_device("auto").type == expected
-    assert attnid.describe_device(torch.device("cpu")) == "cpu"
+    assert resolve_device("auto").type == expected
+    assert describe_device(torch.device("cpu")) == "cpu"
 
 
 @pytest.mark.parametrize("name", ["gpu", "CUDA", "", "tpu"])
 def test_unknown_device_names_the_valid_ones(name: str) -> None:
     with pytest.raises(ValueError, match="DEVICE must be one of cpu, cuda, auto"):
-        attnid.resolve_device(name)
+        resolve_device(name)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="no CUDA device"):
-        attnid.resolve_device("cuda")
+        resolve_device("cuda")
 
 
 def test_generator_is_reproducible_and_validated() -> None:

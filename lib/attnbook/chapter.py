@@ -1,0 +1,68 @@
+"""One call at the top of a chapter: its device, its recorded parameters, and a data writer and reader bound to it.
+
+    book = attnbook.setup("chapters/02_one_head.ipynb", globals())
+    book.write_csv("one_head/width_sweep.csv", header, rows)
+    rows = book.read_csv("one_head/width_sweep.csv")
+
+The parameters recorded with every data file are the names the notebook's ``parameters`` cell
+assigns, with the values they hold when ``setup`` runs (papermill's overrides included),
+except those that cannot change a result (``UNRECORDED``).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import style
+from .devices import describe_device, resolve_device
+from .paths import data_dir, repo_root
+from .provenance import notebook_parameters, write_csv
+
+# DEVICE is recorded as the device itself; PROGRESS only draws progress bars.
+UNRECORDED = frozenset({"DEVICE", "PROGRESS"})
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A chapter's settings and its bound data writer and reader."""
+
+    notebook: str
+    root: Path
+    device: torch.device
+    parameters: dict[str, Any]
+
+    @property
+    def device_name(self) -> str:
+        """'cpu' or the CUDA device's name, as the provenance records it."""
+        return describe_device(self.device)
+
+    def write_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+        """Write data/<name> atomically with its provenance sidecar."""
+        return write_csv(name, header, rows, notebook=self.notebook, parameters=self.parameters,
+                         device=self.device_name, root=self.root)
+
+    def read_csv(self, name: str) -> list[dict[str, str]]:
+        """The rows of data/<name> as dicts of strings."""
+        with open(data_dir(self.root) / name, newline="") as handle:
+            return list(csv.DictReader(handle))
+
+
+def setup(notebook: str, namespace: Mapping[str, Any]) -> Chapter:
+    """The chapter ``notebook`` (a path from the book's root), reading its parameters from ``namespace``."""
+    root = repo_root()
+    path = root / notebook
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook {notebook!r} under the book root {root}")
+    names = sorted(set(notebook_parameters(path)) - UNRECORDED)
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise NameError(f"run the parameters cell first: {', '.join(missing)} not defined")
+    style.apply()
+    device = resolve_device(namespace.get("DEVICE", "cpu"))
+    return Chapter(notebook, root, device, {n: namespace[n] for n in names})

@@ -1,0 +1,43 @@
+"""Attention weights from scores: the one implementation of the causal mask, softmax, the sink and sigmoid.
+
+    softmax:  A_ij = exp(S_ij) / sum_l exp(S_il)
+    sink:     A_ij = exp(S_ij) / (exp(s_h) + sum_l exp(S_il))   (one logit s_h per head, denominator only)
+    sigmoid:  A_ij = 1 / (1 + exp(-S_ij))
+
+With a causal mask, keys j > i are removed from row i (weight exactly 0). A leaf module: it
+imports nothing from ``attnid``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NORMS: tuple[str, ...] = ("softmax", "sink", "sigmoid")
+
+
+def causal_mask(n: int, device: torch.device | str) -> torch.Tensor:
+    """(n, n) boolean, True above the diagonal: the keys j > i that row i may not see."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+
+
+def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None) -> torch.Tensor:
+    """Scores (..., n, n) -> weights of the same shape.
+
+    ``sink`` holds one logit per score matrix, broadcastable to ``scores.shape[:-2]`` (for
+    scores (..., H, n, n) a tensor of shape (H,)); with ``norm='sink'`` and no sink the logit is 0.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}")
+    mask = causal_mask(scores.shape[-1], scores.device) if causal else None
+    if norm == "sigmoid":
+        weights = torch.sigmoid(scores)
+        return weights.masked_fill(mask, 0.0) if mask is not None else weights
+    if mask is not None:
+        scores = scores.masked_fill(mask, -math.inf)
+    if norm == "softmax":
+        return torch.softmax(scores, dim=-1)
+    logit = scores.new_zeros(()) if sink is None else sink.to(scores.dtype)
+    extra = logit.expand(scores.shape[:-2])[..., None, None].expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, extra], dim=-1), dim=-1)[..., :-1]

@@ -1,0 +1,129 @@
+"""The layout rules: one-way dependencies, no import cycle, a light public API that needs no checkout."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attnid
+
+LIB = Path(attnid.__file__).resolve().parent.parent
+PACKAGES = ("attnid", "attnbook")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((LIB / pkg).rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module of ours that ``name`` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t.split(".")[0] in PACKAGES)
+    return found - {name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_import_walker_sees_imports_inside_functions(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from .layer import forward\n    from . import symmetry\n")
+    assert _imports("attnid.m", source, set(_modules())) == {"attnid.layer", "attnid.symmetry"}
+
+
+def test_no_import_cycle_in_lib() -> None:
+    assert _cycle(_graph()) is None
+
+
+def test_the_library_never_imports_the_book_layer() -> None:
+    for name, targets in _graph().items():
+        if name.startswith("attnid"):
+            assert not any(t.startswith("attnbook") for t in targets), name
+    for path in (LIB / "attnid").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(import|from)\s+(nbformat|papermill|matplotlib|myst_nb)\b", text, re.M), path
+
+
+def test_rope_and_normalise_are_leaves() -> None:
+    graph = _graph()
+    assert graph["attnid.rope"] == set() and graph["attnid.normalise"] == set()
+    assert "attnid.rope" in graph["attnid.kernels.flash"] and "attnid.rope" in graph["attnid.layer"]
+    assert "attnid.normalise" in graph["attnid.kernels.reference"] and "attnid.normalise" in graph["attnid.layer"]
+    assert "attnid.toy" not in graph["attnid.counts"]
+
+
+def test_public_api_outside_a_checkout(tmp_path: Path) -> None:
+    # From a folder that is not the book: the library needs no repository, and importing it loads
+    # neither the book layer nor notebook tooling nor the kernels.
+    code = ("import sys, attnid\n"
+            "spec = attnid.AttentionSpec.create(8, 2)\n"
+            "assert attnid.count(spec).unidentified == 2 * (4 * 4 + 4 * 4)\n"
+            "assert callable(attnid.verify) and callable(attnid.forward) and callable(attnid.init_params)\n"
+            "heavy = [m for m in ('attnbook', 'nbformat', 'matplotlib', 'attnid.kernels') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "assert callable(attnid.attention) and 'attnid.kernels' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True)
+
+
+def test_docstring_maps_every_module() -> None:
+    listed = set(re.findall(r"^``(\w+)``", attnid.__doc__ or "", re.M))
+    on_disk = {p.stem for p in (LIB / "attnid").glob("*.py") if not p.stem.startswith("_")} | {"kernels"}
+    assert listed == on_disk
+    for name in attnid.__all__:
+        assert getattr(attnid, name) is not None
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        attnid.nope  # noqa: B018
