@@ -1,5 +1,5 @@
 """Exact counts against the numeric Jacobian nullity over a seeded sweep of random layouts,
-and against the values that claims.md reports from its own independent checks."""
+and against the values our reading of the paper's claims reports from independent checks (not in this repository)."""
 
 import random
 
@@ -81,7 +81,7 @@ def test_sweep_covers_every_kind_of_layout() -> None:
         assert any(s.has_bias(letter) for s in SWEEP)
 
 
-# (layout, unidentified, total) as reported in claims.md from its own numeric checks.
+# (layout, unidentified, total) as reported by our reading of the paper's claims, from independent numeric checks.
 CLAIMS = [
     (dict(d_model=8, heads=1), 128, 256),
     (dict(d_model=8, heads=2), 64, 256),
@@ -128,7 +128,7 @@ def test_rope_ratio(heads: int) -> None:
 
 
 def test_a_sink_makes_both_key_and_value_bias_identified() -> None:
-    # claims.md says the sink makes b_K identified; the numbers show b_V loses its trade with b_O too,
+    # Our reading of the paper says the sink makes b_K identified; the numbers show b_V loses its trade with b_O too,
     # because attention rows no longer sum to one.
     softmax = AttentionSpec.create(8, 2, bias="qkvo")
     sink = AttentionSpec.create(8, 2, bias="qkvo", norm="sink")

@@ -31,7 +31,7 @@ def test_unsaturated_count_is_k_squared(shape: tuple[int, int, int]) -> None:
 
 
 def test_saturated_count_matches_the_claims_edge_case() -> None:
-    # claims.md C3: a head wider than the model, d_k = 10 > d = 8, has 2 d d_k - d^2 = 96.
+    # the paper's claim C3 (our reading of it): a head wider than the model, d_k = 10 > d = 8, has 2 d d_k - d^2 = 96.
     assert toy.FactoredCount(8, 10, 8).unidentified == 2 * 8 * 10 - 8**2
 
 
