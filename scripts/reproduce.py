@@ -8,7 +8,9 @@ For each notebook listed in _toc.yml (in book order):
   3. strip volatile metadata (papermill's timings and paths, execution timestamps) and merge
      stream outputs the kernel happened to split, keeping outputs, execution counts, cell
      tags and the kernelspec;
-  4. move the result into place only on success, so a failure never loses stored outputs.
+  4. move the result into place only on success, so a failure never loses stored outputs;
+  5. treat data/ the same way: what a failing (or interrupted) notebook wrote there is rolled
+     back, and temporary files left by a killed run are removed when the next run starts.
 
 Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [-p NAME=VALUE ...] [--list]
 """
@@ -28,10 +30,14 @@ import nbformat
 import papermill
 import yaml
 
+from attnbook.snapshot import all_or_nothing, remove_temporaries
+
 ROOT = Path(__file__).resolve().parents[1]
 INJECTED_TAG = "injected-parameters"
 VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime")
 VOLATILE_NOTEBOOK_KEYS = ("papermill",)
+DATA = ROOT / "data"
+DATA_BACKUP = ROOT / ".data-backup"  # data/ as it was before the running notebook started (gitignored)
 
 
 def toc_notebooks(toc_path: Path = ROOT / "_toc.yml") -> list[Path]:
@@ -153,10 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no selected notebook declares {', '.join(unknown)}; declared: {', '.join(sorted(declared))}")
 
+    left = remove_temporaries(DATA, *{(ROOT / p).parent for p in notebooks if p.parent != Path(".")})
+    left += remove_temporaries(ROOT, recursive=False)
+    if left:
+        print(f"removed {len(left)} temporary file(s) left by an interrupted run", flush=True)
     total = time.perf_counter()
     for i, path in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {path} ...", flush=True)
-        seconds = run_notebook(path, parameters)
+        with all_or_nothing(DATA, DATA_BACKUP):
+            seconds = run_notebook(path, parameters)
         print(f"[{i}/{len(notebooks)}] {path} done in {seconds:.1f} s", flush=True)
     print(f"executed {len(notebooks)} notebook(s) in {time.perf_counter() - total:.1f} s")
     return 0

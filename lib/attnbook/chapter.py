@@ -22,7 +22,7 @@ import torch
 from . import style
 from .devices import describe_device, resolve_device
 from .paths import data_dir, repo_root
-from .provenance import notebook_parameters, write_csv
+from .provenance import check_pair, notebook_parameters, write_csv
 
 # DEVICE is recorded as the device itself; PROGRESS only draws progress bars.
 UNRECORDED = frozenset({"DEVICE", "PROGRESS"})
@@ -48,8 +48,10 @@ class Chapter:
                          device=self.device_name, root=self.root)
 
     def read_csv(self, name: str) -> list[dict[str, str]]:
-        """The rows of data/<name> as dicts of strings."""
-        with open(data_dir(self.root) / name, newline="") as handle:
+        """The rows of data/<name> as dicts of strings, after checking the file against its sidecar."""
+        path = data_dir(self.root) / name
+        check_pair(path)
+        with open(path, newline="") as handle:
             return list(csv.DictReader(handle))
 
 

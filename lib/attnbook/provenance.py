@@ -2,8 +2,10 @@
 
 Every file a chapter or script writes lands through ``write_csv`` (or ``write_bytes``): the
 content goes to a temporary file in the same folder and is renamed into place only when
-complete. Next to ``name.csv`` sits ``name.csv.provenance.json``, which records what the
-numbers depended on, found at run time rather than assumed:
+complete, and a data file and its sidecar are replaced as a pair (``write_pair``) so that an
+interruption leaves the old pair, the new pair, or a mismatch that ``check_pair`` reports. Next
+to ``name.csv`` sits ``name.csv.provenance.json``, which records what the numbers depended on,
+found at run time rather than assumed:
 
 * ``depends_on``: the SHA-256 of every module of the ``attnid`` and ``attnbook`` packages
   loaded in the writing process when the file was written (``sys.modules``), and of the
@@ -41,18 +43,76 @@ VERSIONED_PACKAGES = ("attnid", "torch", "triton", "numpy", "sympy", "matplotlib
 FILE_MODE = 0o644  # what git checks out: readable by all, like every other committed file
 
 
-def write_bytes(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+def _write_temporary(path: Path, content: bytes) -> Path:
+    """``content`` in a complete, synced temporary file next to ``path`` (named ``.NAME.*.tmp``), mode 0644."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def write_bytes(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    tmp = _write_temporary(path, content)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_pair(path: Path, content: bytes, sidecar_content: bytes) -> None:
+    """Replace a data file and its sidecar so that any interruption is either harmless or detectable.
+
+    Both are written completely to temporary files first; then the data file is renamed into
+    place, then the sidecar. Killed before the first rename: the old pair is intact (and the
+    temporaries are removed by the next ``make reproduce``). Killed between the renames: the new
+    data file sits beside the old sidecar, whose SHA-256 no longer matches, which ``check_pair``
+    reports and the next run of the writer repairs.
+    """
+    sidecar = sidecar_path(path)
+    tmp_data = _write_temporary(path, content)
+    try:
+        tmp_sidecar = _write_temporary(sidecar, sidecar_content)
+    except BaseException:
+        tmp_data.unlink(missing_ok=True)
+        raise
+    try:
+        os.replace(tmp_data, path)
+        os.replace(tmp_sidecar, sidecar)
+    finally:
+        tmp_data.unlink(missing_ok=True)
+        tmp_sidecar.unlink(missing_ok=True)
+
+
+def sidecar_path(path: Path) -> Path:
+    """Where the provenance of ``path`` lives: NAME.provenance.json next to it."""
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def check_pair(path: Path) -> dict[str, Any]:
+    """The sidecar record of the data file ``path``; ValueError naming the file if the two do not match."""
+    sidecar = sidecar_path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: run `make reproduce`")
+    if not sidecar.is_file():
+        raise ValueError(f"{path} has no provenance sidecar {sidecar.name}: run `make reproduce`")
+    try:
+        record = json.loads(sidecar.read_text())
+        expected = record["sha256"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{sidecar} is not a valid provenance record ({err}): run `make reproduce`") from None
+    if _sha256(path) != expected:
+        raise ValueError(f"{path} does not match its provenance sidecar (an interrupted write?): run `make reproduce`")
+    return record
 
 
 def _sha256(path: Path) -> str:
@@ -179,8 +239,7 @@ def write_csv(path: Path | str, header: Sequence[str], rows: Iterable[Sequence[A
     content = csv_text(header, rows).encode()
     record = provenance_record(path, content, notebook, parameters, device, root, data)
     sidecar_bytes = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-    write_bytes(path, content)
-    write_bytes(path.with_name(path.name + SIDECAR_SUFFIX), sidecar_bytes)
+    write_pair(path, content, sidecar_bytes)
     return path
 
 
