@@ -50,7 +50,7 @@ def test_bias_status_under_partial_rope() -> None:
     ("entry", "message"),
     [
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4}, "missing field"),
-        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 0}, "layers must be a positive integer"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 0}, "field 'layers': must be a positive integer"),
         ({"d_model": 8, "heads": 2, "kv_heads": 3, "head_dim": 4, "layers": 1}, "must divide heads"),
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "size": 3}, "unknown field"),
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "uncovered": ["moe"]}, "uncovered"),
@@ -128,5 +128,5 @@ def test_causal_field_defaults_to_decoder_and_bert_is_bidirectional() -> None:
 @pytest.mark.parametrize("value", ["no", 0, 1, "false", None])
 def test_causal_field_must_be_a_yaml_bool(value: object) -> None:
     entry = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "causal": value}
-    with pytest.raises(ValueError, match=r"layout 'm'.*field causal must be true or false"):
+    with pytest.raises(ValueError, match=r"layout 'm', field 'causal': must be true or false"):
         parse_layout("m", entry)

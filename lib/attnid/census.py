@@ -1,8 +1,12 @@
 """A census of published attention layouts: parameters, unidentified dimension, biases.
 
 The shipped layouts live in ``architectures.yaml`` next to this file; ``load_layouts``
-reads that file or one a user gives, and rejects an unknown or malformed entry with an
-error naming the entry and the field.
+reads that file or one a user gives (``attnid census --file``), so it trusts nothing in it:
+files over ``MAX_FILE_BYTES`` are refused unread, the YAML loader is the safe one and also
+refuses anchors and aliases (a few hundred bytes of nested aliases expand to gigabytes),
+merge keys, duplicate keys and deep nesting, and every field is checked for type, range and
+shape. Each failure is a ValueError with one line naming the file and the layout and field
+(or the line and column) at fault.
 
 ``causal`` (a YAML bool, ``true`` or ``false``) says whether the layer masks later tokens.
 It defaults to ``true`` (``DEFAULT_CAUSAL``): most entries are decoder language models, so
@@ -12,6 +16,9 @@ bool (``"no"``, ``0``, ``null``) is refused rather than guessed at.
 
 from __future__ import annotations
 
+import datetime
+import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +26,8 @@ from typing import Any
 import yaml
 
 from .counts import Count, count
-from .spec import AttentionSpec
+from .normalise import NORMS
+from .spec import AttentionSpec, parse_bias, rope_dims_from_fraction
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
 # Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
@@ -36,6 +44,15 @@ UNCOVERED = {
     "sliding_window": ("covered: a sliding window only removes keys from each row, and the counts hold for any "
                        "mask that leaves every row two or more keys"),
 }
+
+MAX_FILE_BYTES = 2**20
+"""Layout files larger than this are refused before parsing. The shipped file (13 models, with notes and sources) is
+about 7 kB, so 1 MiB holds some two thousand layouts; and since anchors and aliases are refused, what the parser
+builds grows only with the file, so the cap bounds it too: a 1 MiB file of layouts loads in about 2 s and 60 MB."""
+MAX_DEPTH = 8  # nesting the schema needs: top level, models, entry, transformers_check, fields, plus slack
+MAX_INT = 2**31 - 1  # widths, heads and layers above this are no real model, and would only inflate the counts
+TOP_LEVEL = ("models",)
+CHECK_KEYS = ("config", "fields")  # a transformers_check: the config class, and the attributes its defaults must have
 
 
 @dataclass(frozen=True)
@@ -57,32 +74,209 @@ class Layout:
         return all(u == "sliding_window" for u in self.uncovered)
 
 
-def _entry_error(key: str, message: str) -> ValueError:
-    return ValueError(f"layout {key!r}: {message}")
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that a layout file may not use (anchors, aliases, merge keys, duplicate keys, deep nesting)."""
 
 
-def parse_layout(key: str, entry: Any) -> Layout:
-    """Validate one entry of a layout file."""
-    if not isinstance(entry, dict):
-        raise _entry_error(key, f"must be a mapping of fields, got {type(entry).__name__}")
-    unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors, aliases, merge keys, duplicate keys and nesting deeper than MAX_DEPTH.
+
+    Aliases are what make a billion-laughs file tiny on disk and huge once expanded; a layout file has no use for
+    them, so they are refused when composed, before any value is built. The pure-Python loader is used on purpose:
+    the C loader composes in C, out of reach of these checks.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(None, None, f"alias *{event.anchor[:40]}: a layout file may not use anchors or aliases",
+                           event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(None, None, f"anchor &{event.anchor[:40]}: a layout file may not use anchors or aliases",
+                           event.start_mark)
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(None, None, f"nested deeper than {MAX_DEPTH} levels; a layout file needs at most 5",
+                           event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def flatten_mapping(self, node):  # noqa: ANN001, ANN201
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(None, None, "merge key <<: a layout file may not use merge keys; write each field out",
+                               key_node.start_mark)
+        super().flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable: construct_mapping says so, with its position
+                continue
+            if duplicate:
+                raise _Refused(None, None, f"duplicate key {_quoted(key)}: each key may appear once in a mapping",
+                               key_node.start_mark)
+
+    def construct_object(self, node, deep=False):  # noqa: ANN001, ANN201
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:  # a date such as 2020-13-45, a 5000-digit integer
+            why = str(exc).split(": ")[0]
+            raise _Refused(None, None, f"cannot read value {_show(str(node.value))} ({why})", node.start_mark) from None
+
+
+def _show(value: Any) -> str:
+    """A value as a short YAML-like phrase for an error message (never more than one line)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**40 else "an integer of more than 40 digits"
+    if isinstance(value, float):
+        return ".nan" if value != value else (".inf" if value == math.inf else "-.inf" if value == -math.inf
+                                               else repr(value))
+    if isinstance(value, str):
+        text = json.dumps(value)
+        return text if len(text) <= 60 else text[:56] + '..."'
+    names = {list: "a list", dict: "a mapping", bytes: "bytes", set: "a set", datetime.datetime: "a timestamp",
+             datetime.date: "a date"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _quoted(key: Any, limit: int = 60) -> str:
+    """A key as Python quotes it ('m'), cut short so that a hostile key cannot make a long message."""
+    text = repr(key) if isinstance(key, str) else _show(key)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+def _listed(keys: Any) -> str:
+    """Unknown keys, sorted and joined, at most 200 characters."""
+    text = ", ".join(sorted(k if isinstance(k, str) else _show(k) for k in keys))
+    return text if len(text) <= 200 else text[:196] + " ..."
+
+
+def _where(path: Path | None, key: str | None = None, name: str | None = None) -> str:
+    parts = [f"census file {str(path)!r}"] if path is not None else []
+    if key is not None:
+        parts.append(f"layout {_quoted(key)}")
+    if name is not None:
+        parts.append(f"field {_quoted(name)}")
+    return ", ".join(parts)
+
+
+def _entry_error(key: str, message: str, name: str | None = None, path: Path | None = None) -> ValueError:
+    return ValueError(f"{_where(path, key, name)}: {message}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_fields(key: str, entry: dict, path: Path | None) -> None:
+    """The schema: every field's type, range and nested structure. Raises on the first violation."""
+    def fail(name: str | None, message: str) -> ValueError:
+        return _entry_error(key, message, name, path)
+
+    allowed = REQUIRED + OPTIONAL
+    unknown = [f for f in entry if f not in allowed]
     if unknown:
-        raise _entry_error(key, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(REQUIRED + OPTIONAL)}")
+        raise fail(None, f"unknown field(s) {_listed(unknown)}; allowed: {', '.join(allowed)}")
     missing = [f for f in REQUIRED if f not in entry]
     if missing:
-        raise _entry_error(key, f"missing field(s) {', '.join(missing)}")
+        raise fail(None, f"missing field(s) {', '.join(missing)}")
     for name in (*REQUIRED, "v_head_dim"):
-        if name in entry and (isinstance(entry[name], bool) or not isinstance(entry[name], int) or entry[name] < 1):
-            raise _entry_error(key, f"field {name} must be a positive integer, got {entry[name]!r}")
-    uncovered = entry.get("uncovered", [])
-    if not isinstance(uncovered, list) or any(u not in UNCOVERED for u in uncovered):
-        raise _entry_error(key, f"field uncovered must be a list drawn from {', '.join(UNCOVERED)}, got {uncovered!r}")
-    causal = entry.get("causal", DEFAULT_CAUSAL)
-    if not isinstance(causal, bool):
-        raise _entry_error(key, f"field causal must be true or false (a YAML bool), got {causal!r}")
+        value = entry.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise fail(name, f"must be a positive integer, got {_show(value)}")
+        if value > MAX_INT:
+            raise fail(name, f"must be a positive integer at most {MAX_INT}, got {_show(value)}")
+    if entry["heads"] % entry["kv_heads"]:
+        raise fail("kv_heads", f"must divide heads {entry['heads']}, got {entry['kv_heads']}")
+    for name in ("name", "notes", "source"):
+        if name in entry and not isinstance(entry[name], str):
+            raise fail(name, f"must be a string, got {_show(entry[name])}")
+    bias = entry.get("bias", "none")
+    if not isinstance(bias, str):
+        raise fail("bias", f"must be a string: none or letters of qkvo, got {_show(bias)}")
+    try:
+        parse_bias(bias)
+    except ValueError as exc:
+        raise fail("bias", str(exc).removeprefix("bias: ")) from None
+    fraction = entry.get("rope_fraction", 0.0)
+    if not _is_number(fraction) or not 0 <= fraction <= 1:
+        raise fail("rope_fraction", f"must be a number in [0, 1], got {_show(fraction)}")
+    try:
+        rope_dims_from_fraction(float(fraction), entry["head_dim"])
+    except ValueError as exc:
+        raise fail("rope_fraction", str(exc)) from None
+    base = entry.get("rope_base", 10000.0)
+    try:
+        finite = _is_number(base) and math.isfinite(float(base))
+    except OverflowError:
+        finite = False
+    if not finite or not base > 1:
+        raise fail("rope_base", f"must be a finite number > 1, got {_show(base)}")
+    if not isinstance(entry.get("causal", DEFAULT_CAUSAL), bool):
+        raise fail("causal", f"must be true or false (a YAML bool), got {_show(entry['causal'])}")
+    norm = entry.get("norm", "softmax")
+    if not isinstance(norm, str) or norm not in NORMS:
+        raise fail("norm", f"must be one of {', '.join(NORMS)}, got {_show(norm)}")
     sink = entry.get("sink", "fixed")
-    if sink not in ("fixed", "learned"):
-        raise _entry_error(key, f"field sink must be fixed or learned, got {sink!r}")
+    if not isinstance(sink, str) or sink not in ("fixed", "learned"):
+        raise fail("sink", f"must be fixed or learned, got {_show(sink)}")
+    if sink == "learned" and norm != "sink":
+        raise fail("sink", f"learned needs norm: sink, got norm: {norm}")
+    uncovered = entry.get("uncovered", [])
+    drawn = f"must be a list drawn from {', '.join(UNCOVERED)}"
+    if not isinstance(uncovered, list):
+        raise fail("uncovered", f"{drawn}, got {_show(uncovered)}")
+    for i, item in enumerate(uncovered, 1):
+        if not isinstance(item, str) or item not in UNCOVERED:
+            raise fail("uncovered", f"{drawn}, got {_show(item)} as item {i}")
+        if item in uncovered[:i - 1]:
+            raise fail("uncovered", f"lists {_show(item)} more than once")
+    if "transformers_check" in entry:
+        _check_transformers_check(entry["transformers_check"], lambda m: fail("transformers_check", m))
+
+
+def _check_transformers_check(check: Any, fail: Any) -> None:
+    """{config: <transformers class>, fields: {attribute or attribute.key: scalar}}: what tests/test_census.py reads."""
+    if not isinstance(check, dict):
+        raise fail(f"must be a mapping with keys {' and '.join(CHECK_KEYS)}, got {_show(check)}")
+    unknown = [k for k in check if k not in CHECK_KEYS]
+    if unknown:
+        raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(CHECK_KEYS)}")
+    missing = [k for k in CHECK_KEYS if k not in check]
+    if missing:
+        raise fail(f"missing key(s) {', '.join(missing)}")
+    if not isinstance(check["config"], str) or not check["config"].isidentifier():
+        raise fail(f"config must name a transformers configuration class, got {_show(check['config'])}")
+    fields = check["fields"]
+    if not isinstance(fields, dict):
+        raise fail(f"fields must be a mapping of configuration attribute -> expected value, got {_show(fields)}")
+    if not fields:
+        raise fail("fields must name at least one configuration attribute")
+    for attr, expected in fields.items():
+        if not isinstance(attr, str) or not attr:
+            raise fail(f"fields: attribute names must be non-empty strings, got {_show(attr)}")
+        if expected is not None and not isinstance(expected, (str, int, float)):  # bool is an int
+            raise fail(f"fields: {_quoted(attr)} must map to a string, number, bool or null, got {_show(expected)}")
+
+
+def parse_layout(key: str, entry: Any, path: Path | None = None) -> Layout:
+    """Validate one entry of a layout file (``path``, when given, is named in any error)."""
+    if not isinstance(entry, dict):
+        raise _entry_error(key, f"must be a mapping of fields, got {_show(entry)}", path=path)
+    _check_fields(key, entry, path)
+    causal = entry.get("causal", DEFAULT_CAUSAL)
+    sink = entry.get("sink", "fixed")
     try:
         spec = AttentionSpec.create(
             d_model=entry["d_model"], heads=entry["heads"], kv_heads=entry["kv_heads"], head_dim=entry["head_dim"],
@@ -90,24 +284,82 @@ def parse_layout(key: str, entry: Any) -> Layout:
             rope_fraction=float(entry.get("rope_fraction", 0.0)), rope_base=float(entry.get("rope_base", 10000.0)),
             causal=causal, norm=entry.get("norm", "softmax"), sink_learned=sink == "learned",
         )
-    except (TypeError, ValueError) as exc:
-        raise _entry_error(key, str(exc)) from None
-    return Layout(key, str(entry.get("name", key)), spec, entry["layers"], tuple(uncovered), str(entry.get("notes", "")),
-                  str(entry.get("source", "")), dict(entry.get("transformers_check", {}) or {}))
+    except (TypeError, ValueError) as exc:  # the schema above should leave nothing for the spec to refuse
+        raise _entry_error(key, str(exc), path=path) from None
+    return Layout(key, str(entry.get("name", key)), spec, entry["layers"], tuple(entry.get("uncovered", [])),
+                  str(entry.get("notes", "")), str(entry.get("source", "")),
+                  dict(entry.get("transformers_check", {}) or {}))
+
+
+def _read_yaml(path: Path) -> Any:
+    """The one YAML document of ``path``, read with ``_StrictLoader``; every failure a one-line ValueError."""
+    where = _where(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{where}: larger than {MAX_FILE_BYTES} bytes, the limit for a layout file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        byte = raw[exc.start]
+        raise ValueError(f"{where}: not UTF-8 text: byte 0x{byte:02x} at line {line}, column {column}") from None
+    loader = None
+    try:
+        loader = _StrictLoader(text)  # refuses a character YAML does not allow (NUL, most controls) right here
+        return loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise ValueError(f"{where}, line {line}, column {column}: not valid YAML: character #x{exc.character:04x} "
+                         f"is not allowed") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(p for p in (exc.context, exc.problem) if p)[:300]
+        kind = "" if isinstance(exc, _Refused) else "not valid YAML: "
+        raise ValueError(" ".join(f"{where}{at}: {kind}{what}".split())) from None
+    except yaml.YAMLError as exc:
+        raise ValueError(" ".join(f"{where}: not valid YAML: {exc}".split())) from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def load_layouts(path: Path | str = SHIPPED) -> list[Layout]:
-    """All layouts of a YAML file with a top-level ``models`` mapping."""
+    """All layouts of a YAML file with a top-level ``models`` mapping.
+
+    The file is read with a safe loader that also refuses anchors, aliases, merge keys and duplicate keys, and
+    only up to ``MAX_FILE_BYTES``; every field is checked for type and range. Any failure is a ValueError with
+    one line naming the file and, where it applies, the layout and the field (or the line and column).
+    """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read layout file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"layout file {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
-        raise ValueError(f"layout file {path} needs a top-level 'models' mapping with at least one entry")
-    return [parse_layout(str(key), entry) for key, entry in data["models"].items()]
+    where = _where(path)
+    data = _read_yaml(path)
+    if data is None:
+        raise ValueError(f"{where}: is empty; it needs a top-level 'models' mapping of layouts")
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: the top level must be a mapping with a 'models' key, got {_show(data)}")
+    if "models" not in data:
+        raise ValueError(f"{where}: needs a top-level 'models' mapping of layouts")
+    unknown = [k for k in data if k not in TOP_LEVEL]
+    if unknown:
+        raise ValueError(f"{where}: unknown top-level key(s) {_listed(unknown)}; only 'models' is allowed")
+    models = data["models"]
+    if not isinstance(models, dict):
+        raise ValueError(f"{where}: 'models' must be a mapping of layout name -> fields, got {_show(models)}")
+    if not models:
+        raise ValueError(f"{where}: 'models' must have at least one layout")
+    for key in models:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{where}: layout names must be non-empty strings (quote them), got {_show(key)}")
+    return [parse_layout(key, entry, path) for key, entry in models.items()]
 
 
 def bias_status(spec: AttentionSpec) -> dict[str, str]:
