@@ -72,7 +72,7 @@ CLI_ERRORS = [
     (["count", *BASE, "--rope-fraction", "1.5"], "rope_fraction must lie in [0, 1]"),
     (["count", *BASE, "--rope-fraction", "0.3"], "not a whole number"),
     (["count", *BASE, "--rope-fraction", "0.25"], "odd r = 1"),
-    (["count", *BASE, "--rope-fraction", "1", "--rope-base", "1"], "rope_base must be"),
+    (["count", *BASE, "--rope-fraction", "1", "--rope-base", "1"], "rope_base must lie in [1 + 1e-6, 1e12]"),
     (["count", *BASE, "--norm", "relu"], "invalid choice"),
     (["count", *BASE, "--sink", "learned"], "--sink learned needs --norm sink"),
     (["count", *BASE, "--frobnicate"], "unrecognized arguments"),
