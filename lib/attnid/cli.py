@@ -1,20 +1,141 @@
 """Command line: ``attnid count``, ``attnid verify`` and ``attnid census`` (also ``python -m attnid``).
 
-Exit codes: 0 success (for verify: the numeric nullity matches the exact count, or there
-is no exact count and the numeric decision is clear), 1 verify found a mismatch or an
-unclear rank decision, 2 bad flags or an invalid layout (one line on stderr).
+Exit codes:
+
+* 0: success (for verify: the numeric nullity matches the exact count, or there is no exact
+  count and the numeric decision is clear); also when the reader of the output stopped early
+  (``attnid census | head -1``: the closed pipe ends the command quietly).
+* 1: verify found a mismatch or an unclear rank decision.
+* 2: bad flags or an invalid layout, or verify refused a layout whose estimated peak memory
+  (``attnid.verify.estimate_resources``) exceeds ``--max-memory``; one line on stderr.
+* 3: verify ran out of memory all the same (the allocator failed); one line on stderr.
+
+Every numeric flag is checked against stated bounds before any work (see ``--help``):
+widths and head counts 1 to 1,000,000, ``--seq-len`` 2 to 4096, ``--seed`` 0 to 2**63 - 1,
+``--rope-fraction`` in [0, 1], ``--rope-base`` in [1 + 1e-6, 1e12], ``--max-memory`` positive.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
+import torch
+
 from .counts import Count, count
-from .spec import NORMS, AttentionSpec
-from .verify import MIN_SEQ_LEN, Verification, default_seq_len, verify
+from .runtime import MAX_SEED
+from .spec import MAX_ROPE_BASE, MIN_ROPE_BASE, NORMS, AttentionSpec, format_base
+from .verify import MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
+# Widths and head counts: at most a million each, which keeps every count below 2**63 (P is at most
+# d_model (H d_k + G d_k + G d_v + H d_v) plus the biases, about 4e18 at the cap), so JSON readers with
+# 64-bit integers read them exactly; published layouts stay below 20,000.
+MAX_WIDTH = 1_000_000
+# Tokens per input: the rank needs P rows in all, and more inputs deliver them more cheaply than
+# longer ones (an input of n tokens costs H n^2 scores per batched tangent); 4096 is far above the
+# default rule's 32 and already costs a one-head layout gigabytes (d_model 4: 8 GiB in forward mode).
+MAX_SEQ_LEN = 4096
+# --max-memory's default: this share of the machine's memory (physical RAM or the cgroup limit).
+MEMORY_SHARE = 0.5
+_SIZE_UNITS = {"": 2**30, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+_SIZE = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
+
+EPILOG = f"""exit codes:
+  {EXIT_OK}  success (verify: the numeric nullity matches the exact count, or no exact count and a clear
+     decision); also when the reader of the output stops early (e.g. | head -1)
+  {EXIT_MISMATCH}  verify: mismatch or unclear rank decision
+  {EXIT_USAGE}  bad flags or layout, or verify refused: estimated peak memory above --max-memory
+  {EXIT_OUT_OF_MEMORY}  verify ran out of memory all the same
+bounds: --d-model, --heads, --kv-heads, --head-dim, --v-head-dim 1 to {MAX_WIDTH:,};
+  --seq-len {MIN_SEQ_LEN} to {MAX_SEQ_LEN}; --seed 0 to 2**63 - 1; --rope-fraction 0 to 1;
+  --rope-base {format_base(MIN_ROPE_BASE)} to {MAX_ROPE_BASE:g}; --max-memory above 0"""
+
+
+def _shown(text: str) -> str:
+    """A flag value for an error message: quoted, and cut short if it is long."""
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def bounded_int(low: int, high: int, high_text: str | None = None) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high], else one line naming the value and the range."""
+    valid = f"give a whole number from {low:,} to {high_text or f'{high:,}'}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value {_shown(text)}: {valid}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is out of range: {valid}")
+        return value
+
+    return parse
+
+
+def bounded_float(low: float, high: float, low_text: str, high_text: str) -> Callable[[str], float]:
+    """argparse type: a finite number in [low, high], else one line naming the value and the range."""
+    valid = f"give a number from {low_text} to {high_text}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid number {_shown(text)}: {valid}") from None
+        if not low <= value <= high:  # NaN and the infinities fail too
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is out of range: {valid}")
+        return value
+
+    return parse
+
+
+def parse_size(text: str) -> int:
+    """argparse type for --max-memory: '8G', '512M', '1.5TiB', '4096K'... (binary units; a bare number is GiB)."""
+    match = _SIZE.match(text)
+    valid = "give a positive size such as 8G, 512M or 1.5T (binary units; a bare number means GiB)"
+    if not match:
+        raise argparse.ArgumentTypeError(f"invalid size {_shown(text)}: {valid}")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if not unit and match.group(3) and match.group(3).lower() == "b":
+        unit = "b"  # '100B': bytes
+    size = number * _SIZE_UNITS[unit]
+    if not (math.isfinite(size) and size >= 1):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is out of range: {valid}")
+    return int(size)
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: physical RAM, or a lower cgroup limit; None if unknown."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))  # cgroup v1 writes a huge number for "no limit": min() ignores it
+    limits = [n for n in limits if n > 0]
+    return min(limits) if limits else None
+
+
+FALLBACK_MAX_MEMORY = 4 * 2**30  # --max-memory's default where the machine's memory cannot be read
+
+
+def default_max_memory() -> int:
+    """--max-memory's default: MEMORY_SHARE of ``machine_memory()``, or 4 GiB when that is unknown."""
+    total = machine_memory()
+    return FALLBACK_MAX_MEMORY if total is None else int(total * MEMORY_SHARE)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,15 +145,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+WIDTH = bounded_int(1, MAX_WIDTH)
+_ROPE_BASE_TEXT = (format_base(MIN_ROPE_BASE), f"{MAX_ROPE_BASE:g}")
+
+
 def _add_layout_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--d-model", type=int, required=True, help="model width d")
-    p.add_argument("--heads", type=int, required=True, help="query heads H")
-    p.add_argument("--kv-heads", type=int, default=None, help="key/value heads G (divides H; default H)")
-    p.add_argument("--head-dim", type=int, default=None, help="query/key width d_k per head (default d/H)")
-    p.add_argument("--v-head-dim", type=int, default=None, help="value width d_v per head (default d/H)")
+    p.add_argument("--d-model", type=WIDTH, required=True, help=f"model width d (1 to {MAX_WIDTH:,})")
+    p.add_argument("--heads", type=WIDTH, required=True, help=f"query heads H (1 to {MAX_WIDTH:,})")
+    p.add_argument("--kv-heads", type=WIDTH, default=None, help="key/value heads G (divides H; default H)")
+    p.add_argument("--head-dim", type=WIDTH, default=None, help="query/key width d_k per head (default d/H)")
+    p.add_argument("--v-head-dim", type=WIDTH, default=None, help="value width d_v per head (default d/H)")
     p.add_argument("--bias", default="none", help="'none' or letters from qkvo, e.g. qkvo, qkv, k (default none)")
-    p.add_argument("--rope-fraction", type=float, default=0.0, help="share of d_k rotated by RoPE (default 0)")
-    p.add_argument("--rope-base", type=float, default=10000.0, help="RoPE base (default 10000)")
+    p.add_argument("--rope-fraction", type=bounded_float(0.0, 1.0, "0", "1"), default=0.0,
+                   help="share of d_k rotated by RoPE, 0 to 1 (default 0)")
+    p.add_argument("--rope-base", type=bounded_float(MIN_ROPE_BASE, MAX_ROPE_BASE, *_ROPE_BASE_TEXT), default=10000.0,
+                   help=f"RoPE base, {_ROPE_BASE_TEXT[0]} to {_ROPE_BASE_TEXT[1]} (default 10000)")
     p.add_argument("--causal", action="store_true", help="apply a causal mask")
     p.add_argument("--norm", choices=NORMS, default="softmax", help="score normalisation (default softmax)")
     p.add_argument("--sink", choices=("fixed", "learned"), default="fixed",
@@ -44,20 +171,35 @@ def _seq_len_help() -> str:
     """--seq-len's help, the default worded from the library's own rule (one source of truth)."""
     doc = (default_seq_len.__doc__ or "").strip().splitlines()
     rule = f": {doc[0].rstrip('.')}" if doc and doc[0] else ""
-    return (f"tokens per random input, at least {MIN_SEQ_LEN} (default: the library's "
+    return (f"tokens per random input, {MIN_SEQ_LEN} to {MAX_SEQ_LEN} (default: the library's "
             f"attnid.verify.default_seq_len(layout){rule})").replace("%", "%%")
 
 
+def _max_memory_help() -> str:
+    total = machine_memory()
+    here = (f"half of {format_bytes(total)}, so {format_bytes(default_max_memory())}" if total is not None
+            else f"unknown, so {format_bytes(FALLBACK_MAX_MEMORY)}")
+    return (f"refuse (exit {EXIT_USAGE}) a layout whose estimated peak memory (attnid.verify.estimate_resources) "
+            "exceeds SIZE, e.g. 8G, 512M, 1.5T (binary units; a bare number means GiB); default: "
+            f"{MEMORY_SHARE:.0%} of this machine's memory, the physical RAM or a lower cgroup limit "
+            f"(here {here})").replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attnid", description="Count the parameters an attention layout cannot identify.")
+    common: dict[str, Any] = {"epilog": EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    parser = _Parser(prog="attnid", description="Count the parameters an attention layout cannot identify.",
+                     **common)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _add_layout_flags(sub.add_parser("count", help="exact counts for a layout"))
-    v = sub.add_parser("verify", help="exact counts and the numeric Jacobian nullity")
+    _add_layout_flags(sub.add_parser("count", help="exact counts for a layout", **common))
+    v = sub.add_parser("verify", help="exact counts and the numeric Jacobian nullity", **common)
     _add_layout_flags(v)
-    v.add_argument("--seq-len", type=int, default=None, help=_seq_len_help())  # None: verify applies the rule
-    v.add_argument("--seed", type=int, default=0, help="seed for the random point and inputs (default 0)")
+    v.add_argument("--seq-len", type=bounded_int(MIN_SEQ_LEN, MAX_SEQ_LEN), default=None,
+                   help=_seq_len_help())  # None: verify applies the rule
+    v.add_argument("--seed", type=bounded_int(0, MAX_SEED, "2**63 - 1"), default=0,
+                   help="seed for the random point and inputs, 0 to 2**63 - 1 (default 0)")
+    v.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE", help=_max_memory_help())
     v.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
-    c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)")
+    c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)", **common)
     c.add_argument("--file", default=None, help="a YAML layout file (default: the shipped architectures.yaml)")
     c.add_argument("--model", nargs="+", default=None, help="only these model keys")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -141,29 +283,82 @@ def _verify_lines(v: Verification) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception is an allocation failure: MemoryError, torch's OutOfMemoryError, or its CPU allocator's."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom = getattr(torch, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "DefaultCPUAllocator" in text)
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec) -> int:
+    """Refuse a layout whose estimated peak memory exceeds --max-memory, else verify it (exit 3 if memory runs out)."""
+    limit = default_max_memory() if args.max_memory is None else args.max_memory
+    estimate = estimate_resources(spec, seq_len=args.seq_len)
+    if estimate.bytes > limit:
+        parser.exit(EXIT_USAGE, (
+            f"attnid verify: error: this layout needs about {estimate.human()} of memory (estimated peak: "
+            f"{estimate.n_params:,} parameters, {estimate.n_inputs} inputs of {estimate.seq_len} tokens), above "
+            f"--max-memory {format_bytes(limit)}; use `attnid count` with the same layout flags for the exact count, "
+            "or verify a smaller layout (--d-model, --heads, --head-dim, --seq-len)\n"))
+    try:
+        result = verify(spec, seq_len=args.seq_len, seed=args.seed, progress=args.progress)
+    except (MemoryError, RuntimeError) as exc:
+        if not _is_out_of_memory(exc):
+            raise
+        parser.exit(EXIT_OUT_OF_MEMORY, (
+            f"attnid verify: error: ran out of memory (estimated peak {estimate.human()}, --max-memory "
+            f"{format_bytes(limit)}): {_one_line(exc)}; use `attnid count` for the exact count, a smaller layout, "
+            "or a --max-memory below what is really free\n"))
+    print(json.dumps(verify_record(result)) if args.json else "\n".join(_verify_lines(result)))
+    if result.matches is None:
+        return EXIT_OK if result.decision.clear else EXIT_MISMATCH
+    return EXIT_OK if result.matches else EXIT_MISMATCH
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "census":
         try:
             return run_census(args)
         except ValueError as exc:
-            parser.exit(2, f"attnid census: error: {exc}\n")
+            parser.exit(EXIT_USAGE, f"attnid census: error: {exc}\n")
     try:
         spec = spec_from_args(args)
-        if args.command == "count":
-            result: Count | Verification = count(spec)
-        else:
-            result = verify(spec, seq_len=args.seq_len, seed=args.seed, progress=args.progress)
     except (ValueError, TypeError) as exc:
-        parser.exit(2, f"attnid {args.command}: error: {exc}\n")
-    if isinstance(result, Count):
-        print(json.dumps(count_record(result)) if args.json else "\n".join(_count_lines(result)))
-        return 0
-    print(json.dumps(verify_record(result)) if args.json else "\n".join(_verify_lines(result)))
-    if result.matches is None:
-        return 0 if result.decision.clear else 1
-    return 0 if result.matches else 1
+        parser.exit(EXIT_USAGE, f"attnid {args.command}: error: {exc}\n")
+    if args.command == "verify":
+        return run_verify(parser, args, spec)
+    result = count(spec)
+    print(json.dumps(count_record(result)) if args.json else "\n".join(_count_lines(result)))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The attnid command; returns the exit code (module docstring). A reader that closes the pipe early ends it quietly."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not as a traceback at exit
+    except BrokenPipeError:
+        # As the Python documentation recommends for SIGPIPE: point stdout at devnull so the interpreter's
+        # own flush at exit finds nothing to complain about, and stop. The reader has what it asked for.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_OK
 
 
 if __name__ == "__main__":

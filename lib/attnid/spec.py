@@ -12,6 +12,7 @@ parameter space, lives here too.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -24,6 +25,19 @@ Norm = Literal["softmax", "sink", "sigmoid"]
 BIAS_LETTERS = "qkvo"
 # A point in parameter space: named tensors (the layer's W_Q, W_K, ..., or any model's).
 Params = Mapping[str, torch.Tensor]
+# The RoPE bases a layout accepts. Position p turns the pair (i, i + r/2) by p * base^(-2i/r): the
+# slowest pair turns by more than base^-1 per position, and adjacent pairs turn at speeds that
+# differ by the factor base^(2/r), about 1 + (2/r) ln(base) near 1. Above 1e12 the slowest pair turns
+# by less than 1e-12 per position, a change to a score of a few thousand float64 round-offs (2.2e-16)
+# per position: at the lengths a numeric check uses, that pair is hard to tell from an unrotated one,
+# whose layout has a larger symmetry group than the exact count describes (base 1e308 gave a "clear"
+# mismatch). Below 1 + 1e-6 all pairs turn at speeds equal to within 1e-6 (2/r): the differences
+# RoPE's count rests on sink towards the rank rule's zero tolerance (1e-10) and again look like
+# extra symmetries (base 1 + 1e-10 gave a "clear" mismatch). Published layouts use 1e4 to 1e7.
+# Inside the range a numeric check can still be inconclusive for wide rotated heads near either end
+# ("NOT clear", as at base 1e12 with r = 8), which is honest, not wrong.
+MIN_ROPE_BASE = 1.0 + 1e-6
+MAX_ROPE_BASE = 1e12
 
 
 def parse_bias(text: str) -> str:
@@ -41,8 +55,22 @@ def parse_bias(text: str) -> str:
     return "".join(c for c in BIAS_LETTERS if c in lowered)
 
 
+def _real(name: str, value: Any) -> float:
+    """``value`` as a float; TypeError for booleans and anything that is not a real number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def format_base(base: float) -> str:
+    """A RoPE base as typed, without rounding: 10000, 500000, 1.000001, 1e+16 (shortest round-trip form)."""
+    text = repr(float(base))
+    return text[:-2] if text.endswith(".0") else text
+
+
 def rope_dims_from_fraction(fraction: float, head_dim: int) -> int:
     """r = fraction * d_k, which must be an even integer (RoPE rotates pairs of dimensions)."""
+    fraction = _real("rope_fraction", fraction)
     if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
         raise ValueError(f"rope_fraction must lie in [0, 1], got {fraction}")
     exact = fraction * head_dim
@@ -92,8 +120,10 @@ class AttentionSpec:
             raise TypeError(f"rope_dims must be an integer, got {self.rope_dims!r}")
         if not 0 <= self.rope_dims <= self.head_dim or self.rope_dims % 2:
             raise ValueError(f"rope_dims must be an even number in [0, head_dim={self.head_dim}], got {self.rope_dims}")
-        if not (isinstance(self.rope_base, (int, float)) and math.isfinite(self.rope_base) and self.rope_base > 1):
-            raise ValueError(f"rope_base must be a finite number > 1, got {self.rope_base!r}")
+        base = _real("rope_base", self.rope_base)
+        if not MIN_ROPE_BASE <= base <= MAX_ROPE_BASE:  # also refuses NaN and infinities
+            raise ValueError(f"rope_base must lie in [1 + 1e-6, 1e12] (RoPE angles meaningful in float64), "
+                             f"got {format_base(base) if math.isfinite(base) else repr(base)}")
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
         if self.sink_learned and self.norm != "sink":
@@ -118,6 +148,8 @@ class AttentionSpec:
         sink_learned: bool = False,
     ) -> "AttentionSpec":
         """Build a spec with defaults: kv_heads = heads, head widths d_model / heads, RoPE from a fraction."""
+        _real("rope_fraction", rope_fraction)
+        _real("rope_base", rope_base)
         _positive_int("d_model", d_model)
         _positive_int("heads", heads)
         if head_dim is None or v_head_dim is None:
@@ -172,7 +204,7 @@ class AttentionSpec:
 
     def describe(self) -> str:
         """One line naming every field."""
-        rope = f"rope={self.rope_dims}/{self.head_dim} base={self.rope_base:g}" if self.rope_dims else "rope=none"
+        rope = f"rope={self.rope_dims}/{self.head_dim} base={format_base(self.rope_base)}" if self.rope_dims else "rope=none"
         norm = self.norm + (" (learned)" if self.sink_learned else " (fixed 0)" if self.norm == "sink" else "")
         return (
             f"d_model={self.d_model} heads={self.heads} kv_heads={self.kv_heads} ({self.kind}) "

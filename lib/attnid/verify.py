@@ -7,6 +7,10 @@ half as many inputs again until the rank stops rising (``stable``); a rank that 
 rising when the rounds ran out is reported as unstable and never as a match. The
 certificate route (``attnid.certify``) needs no such loop: proving that the null space is
 exactly the orbit tangent proves the rank is the largest any number of inputs can give.
+
+How much memory? ``estimate_resources`` predicts the peak memory of ``numeric_rank`` (and so
+of ``verify``) from the layout alone, before anything is allocated; the ``attnid verify``
+command refuses a layout whose estimate exceeds its memory limit.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .symmetry import orbit_tangent
 MIN_SEQ_LEN = 2
 MAX_EXTRA_ROUNDS = 6
 METHODS = ("auto", "svd")
+FLOAT64_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -227,3 +232,169 @@ def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_
     numeric = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, method=method, device=device,
                            progress=progress)
     return Verification(count(spec), numeric, seq_len, seed)
+
+
+# ------------------------------------------------------------------------------------------------
+# Peak memory, predicted from the layout before anything is allocated
+# ------------------------------------------------------------------------------------------------
+
+# What the float64 terms of estimate_resources leave out, calibrated on measured peaks (its docstring):
+# * ESTIMATE_FIRST_USE_BYTES: the first Jacobian, Cholesky and SVD of a process load code and
+#   thread buffers (torch.func, PyTorch's CPU kernels, LAPACK): 164-170 MiB measured, whatever the layout.
+# * ESTIMATE_SAFETY: temporaries and allocator rounding the terms do not name (the terms alone came
+#   within 10% below the measured peak on the largest layouts tried).
+# * ESTIMATE_HEAP_SLACK_CAP: glibc malloc keeps blocks below its mmap threshold (at most 32 MiB) after
+#   they are freed, and fragments them; on layouts whose P x P matrices are below that size the peak
+#   grew by up to 1.2 times the terms. Larger blocks are mapped and returned, so the slack is capped.
+ESTIMATE_FIRST_USE_BYTES = 256 * 2**20
+ESTIMATE_SAFETY = 1.25
+ESTIMATE_HEAP_SLACK_CAP = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The predicted peak memory of ``numeric_rank`` (so of ``verify``) for one layout and input size.
+
+    ``bytes`` is the prediction (an upper bound by calibration, see ``estimate_resources``);
+    ``terms`` gives the float64 element count of each term of the formula before the safety
+    factor, and ``jacobian_mode`` the mode ``input_jacobian`` will pick ('forward' or 'reverse').
+    """
+
+    bytes: int
+    n_params: int
+    seq_len: int
+    n_inputs: int
+    jacobian_mode: str
+    terms: dict[str, int]
+
+    def human(self) -> str:
+        """The estimate in readable units, e.g. '12.9 GiB'."""
+        return format_bytes(self.bytes)
+
+
+def format_bytes(n: int | float) -> str:
+    """A byte count in binary units, three digits where the value allows: '512 B', '1.50 KiB', '12.9 GiB', '1000 GiB'."""
+    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    for unit in units:
+        if abs(value) < 1024 or unit == units[-1]:
+            if unit == "B":
+                return f"{value:.0f} B"
+            return f"{value:.{2 if abs(value) < 10 else 1 if abs(value) < 100 else 0}f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def orbit_generator_count(spec: AttentionSpec) -> tuple[int, int]:
+    """(generators, RoPE commutant basis size) that ``symmetry.labelled_tangent_directions`` builds (an upper bound).
+
+    Per group: the commutant basis (r + (d_k - r)^2 matrices), d_v^2 value/output generators,
+    d_k - r key-bias shifts and d_v value-bias trades where plain softmax allows them; without
+    b_O at most G d_v value-bias directions in all. Arithmetic only: nothing is allocated.
+    """
+    dk, dv, r = spec.head_dim, spec.v_head_dim, spec.rope_dims
+    commutant = r + (dk - r) ** 2
+    per_group = commutant + dv * dv
+    if spec.shift_invariant and spec.has_bias("k"):
+        per_group += dk - r
+    if spec.shift_invariant and spec.has_bias("v") and spec.has_bias("o"):
+        per_group += dv
+    generators = spec.kv_heads * per_group
+    if spec.shift_invariant and spec.has_bias("v") and not spec.has_bias("o"):
+        generators += spec.kv_heads * dv
+    return generators, commutant
+
+
+def _gesdd_floats(rows: int, cols: int, *, vectors: bool) -> int:
+    """LAPACK gesdd on a rows x cols float64 matrix: the input copy, the factors and the documented minimum workspace."""
+    k, big = min(rows, cols), max(rows, cols)
+    if not vectors:  # JOBZ='N': LWORK >= 3k + max(big, 7k)
+        return rows * cols + 3 * k + max(big, 7 * k)
+    return rows * cols + rows * k + k * cols + 3 * k * k + max(big, 4 * k * k + 4 * k)  # JOBZ='S'
+
+
+def _jacobian_floats(spec: AttentionSpec, seq_len: int, n_params: int) -> tuple[str, int]:
+    """(mode, float64 elements) for one input's Jacobian block as ``input_jacobian`` computes it (mode 'auto')."""
+    n, h, g = seq_len, spec.heads, spec.kv_heads
+    rows = n * spec.d_model
+    forward_mode = n_params <= rows  # input_jacobian's rule for mode 'auto'
+    batch = n_params if forward_mode else rows  # jacfwd pushes P tangents, jacrev pulls back one cotangent per row
+    # per batched tangent/cotangent: scores, masked scores, weights and softmax temporaries (H n^2 each,
+    # one more column with a sink), and the per-head queries, keys, values and their RoPE temporaries
+    per_item = 4 * h * n * (n + 1) + (4 if forward_mode else 2) * n * (h + g) * (spec.head_dim + spec.v_head_dim)
+    # the block (rows x P) and its copies: the transposed output of jacfwd; in reverse mode the slice
+    # gradients of every parameter tensor, each as wide as theta, before they are summed
+    block = (3 if forward_mode else 6) * rows * n_params
+    return ("forward" if forward_mode else "reverse"), block + batch * batch + batch * per_item
+
+
+def estimate_resources(spec: AttentionSpec, seq_len: int | None = None, n_inputs: int | None = None,
+                       method: str = "auto") -> Estimate:
+    """Predict the peak memory of ``numeric_rank(spec, seq_len=..., n_inputs=..., method=...)`` without allocating.
+
+    Arguments as in ``numeric_rank`` (defaults filled in the same way; a bad one raises the same
+    ValueError). Notation: P = count(spec).total parameters, n = seq_len, m = n d_model rows per
+    input, N = n_inputs, u = the orbit generators (``orbit_generator_count``, 0 when the layout
+    has no exact count and so no orbit basis), k = min(P, u) columns of the orbit basis, J = one
+    input's Jacobian work (``_jacobian_floats``: 6 m P + m^2 + m (4 H n (n+1) + 2 n (H+G)(d_k+d_v))
+    in reverse mode, 3 m P + P^2 + P (4 H n (n+1) + 4 n (H+G)(d_k+d_v)) in forward mode, which
+    ``input_jacobian`` picks when P <= m). In float64 elements:
+
+        live        = P + (N + N_last) n d_model + P k        point, inputs (N_last: the last extra round), basis
+        orbit       = 2 c d_k^2 + 3 u P + gesdd(P x u) - P k  commutant basis (c matrices), generators,
+                                                              their flat copies and stack, the SVD
+        certificate = max(2 P^2 + J, 6 P^2) + N m k           Gram, K, two Cholesky factors, the shifted K and
+                                                              its identity; J T for every input
+        svd         = max((7 P + 3 m) P, 2 P^2 + (P + m) P + J + m k)
+                                                              the running QR: R, up to P + m pending rows,
+                                                              their concatenation and LAPACK's copy, the new R
+
+    (the certificate term only for method 'auto' on a layout with an exact count), and with
+    F = 8 (live + max(orbit, certificate, svd)) bytes of float64 elements,
+
+        bytes = ESTIMATE_FIRST_USE_BYTES + ESTIMATE_SAFETY F + min(F, ESTIMATE_HEAP_SLACK_CAP).
+
+    What it bounds: the peak resident memory of a process running ``verify`` once, minus the
+    process's memory after ``import attnid`` (the interpreter, torch and the library). Calibration
+    (2 CPU threads, glibc, torch 2.13 CPU; a fresh process each, peak from the kernel's VmHWM):
+
+        layout (route)                                  measured   F          estimate
+        d_model 8,  2 heads (certificate)                170 MiB     4.0 MiB   265 MiB
+        d_model 8,  2 heads, qkvo, learned sink          171 MiB     5.1 MiB   267 MiB
+        d_model 16, 2 heads (certificate)                277 MiB      64 MiB   400 MiB
+        d_model 16, 4 heads, qkvo (certificate)          317 MiB      71 MiB   416 MiB
+        d_model 20, 2 heads (certificate)                489 MiB     156 MiB   608 MiB
+        d_model 24, 4 heads, qkvo (certificate)          588 MiB     346 MiB   944 MiB
+        d_model 24, 1 head, d_k 26, RoPE (SVD route)     601 MiB     340 MiB   936 MiB
+        d_model 32, 2 heads (certificate)               1159 MiB    1024 MiB  1792 MiB
+        d_model 32, 2 heads, RoPE base 10^8 (SVD)       1230 MiB    1009 MiB  1774 MiB
+
+    About 165 MiB of each measurement is the first-use cost; the rest ranged from 0.9 F (the
+    largest layouts) to 2.1 F (P x P below the mmap threshold). Nothing is allocated here: the
+    estimate is arithmetic on the layout, fast for any size. It is for the CPU; on a GPU the
+    same terms bound the device memory.
+    """
+    seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, method)
+    c = count(spec)
+    p, n, d = c.total, seq_len, spec.d_model
+    rows = n * d
+    generators, commutant = orbit_generator_count(spec) if c.covered else (0, 0)
+    k = min(p, generators)
+    last_extra, total = 0, n_inputs
+    for _ in range(MAX_EXTRA_ROUNDS):  # the inputs of the SVD route's last round, alive next to the first batch
+        last_extra = max(1, total // 2)
+        total += last_extra
+    mode, jac = _jacobian_floats(spec, seq_len, p)
+    live = p + (n_inputs + last_extra) * n * d + p * k
+    orbit = 0
+    if c.covered:
+        orbit = 2 * commutant * spec.head_dim**2 + 3 * generators * p + _gesdd_floats(p, generators, vectors=True) - p * k
+        if spec.shift_invariant and spec.has_bias("v") and not spec.has_bias("o"):
+            bv = spec.kv_heads * spec.v_head_dim
+            orbit += _gesdd_floats(d, bv, vectors=True) + bv * bv  # full_matrices: V^T is (G d_v)^2
+    certificate = max(2 * p * p + jac, 6 * p * p) + n_inputs * rows * k if c.covered and method == "auto" else 0
+    svd = max((7 * p + 3 * rows) * p, 2 * p * p + (p + rows) * p + jac + rows * k)
+    terms = {"live": live, "orbit": orbit, "jacobian": jac, "certificate": certificate, "svd": svd}
+    terms_bytes = FLOAT64_BYTES * (live + max(orbit, certificate, svd))
+    total_bytes = (ESTIMATE_FIRST_USE_BYTES + math.ceil(ESTIMATE_SAFETY * terms_bytes)
+                   + min(terms_bytes, ESTIMATE_HEAP_SLACK_CAP))
+    return Estimate(total_bytes, p, seq_len, n_inputs, mode, terms)

@@ -66,6 +66,8 @@ def check_inputs(
             raise ValueError(f"sink must be a tensor of shape (H,) = ({h},), one logit per query head; got {sink!r}")
         if sink.device != q.device or not sink.dtype.is_floating_point:
             raise ValueError(f"sink must be a floating tensor on {q.device}; got {sink.dtype} on {sink.device}")
+    if isinstance(scale, bool):  # bool is an int subclass: True would pass as a scale of 1
+        raise TypeError(f"scale must be a positive finite number or None (1/sqrt(D)), got {scale!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
