@@ -70,3 +70,25 @@ def test_invalid_shapes_are_rejected(bad: tuple) -> None:
 def test_invalid_input_sizes_are_rejected(gen: torch.Generator) -> None:
     with pytest.raises(ValueError, match="must be >= 1"):
         toy.random_inputs(0, 3, 3, gen)
+
+
+@pytest.mark.parametrize("shape", [(a, k, b) for a in range(1, 5) for k in range(1, 6) for b in range(1, 5)])
+def test_orbit_dimension_is_the_rank_of_the_orbit_tangent(shape: tuple[int, int, int]) -> None:
+    # The GL(k) orbit's tangent at (A, B) is {(A N, -N B)}: its dimension, measured as a numeric rank at a
+    # random point, is what FactoredCount.orbit_dimension states; the rest of the fibre is beyond_orbit >= 0.
+    from attnid.rank import numerical_rank
+
+    count = toy.FactoredCount(*shape)
+    gen = torch.Generator().manual_seed(sum(shape) * 31 + shape[1])
+    a = torch.randn(shape[0], shape[1], generator=gen, dtype=torch.float64)
+    b = torch.randn(shape[1], shape[2], generator=gen, dtype=torch.float64)
+    columns = []
+    for i in range(shape[1]):
+        for j in range(shape[1]):
+            n = torch.zeros(shape[1], shape[1], dtype=torch.float64)
+            n[i, j] = 1.0
+            columns.append(torch.cat([(a @ n).reshape(-1), (-n @ b).reshape(-1)]))
+    tangent = torch.stack(columns, dim=1)
+    assert numerical_rank(torch.linalg.svdvals(tangent)) == count.orbit_dimension
+    assert count.beyond_orbit >= 0
+    assert (count.beyond_orbit > 0) == (min(shape[0], shape[2]) < shape[1] < max(shape[0], shape[2]))

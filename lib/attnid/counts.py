@@ -67,6 +67,29 @@ class FactoredCount:
         """Share of unidentified parameters."""
         return self.unidentified / self.total
 
+    @property
+    def stabiliser_dimension(self) -> int:
+        """Dimension of {M in GL(k): A M = A, M^-1 B = B} at a generic point: (k - rank A)(k - rank B).
+
+        Its Lie algebra is {N : A N = 0, N B = 0}: maps that vanish on the column space of B
+        (dimension min(k, d_out)) and land in the null space of A (dimension k - min(k, d_in)).
+        """
+        return (self.k - min(self.k, self.d_in)) * (self.k - min(self.k, self.d_out))
+
+    @property
+    def orbit_dimension(self) -> int:
+        """Dimension of the GL(k) orbit through a generic point: k^2 minus the stabiliser's dimension."""
+        return self.k**2 - self.stabiliser_dimension
+
+    @property
+    def beyond_orbit(self) -> int:
+        """Fibre dimension not swept by GL(k): (k - d_in)(d_out - k) when k lies strictly between the sides, else 0.
+
+        Then A has a null space and B does not fill R^k, so B can move by maps into ker A (and A
+        by maps vanishing on the columns of B) without changing AB; GL(k) does not produce all of these.
+        """
+        return self.unidentified - self.orbit_dimension
+
 
 
 @dataclass(frozen=True)
