@@ -63,36 +63,29 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
-def bounded_int(low: int, high: int, high_text: str | None = None) -> Callable[[str], int]:
-    """argparse type: an integer in [low, high], else one line naming the value and the range."""
-    valid = f"give a whole number from {low:,} to {high_text or f'{high:,}'}"
+def _bounded(convert: Callable[[str], Any], kind: str, low: Any, high: Any, valid: str) -> Callable[[str], Any]:
+    """argparse type: ``convert(text)`` in [low, high], else one line naming the value and the range."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid int value {_shown(text)}: {valid}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{_shown(text)} is out of range: {valid}")
-        return value
-
-    return parse
-
-
-def bounded_float(low: float, high: float, low_text: str, high_text: str) -> Callable[[str], float]:
-    """argparse type: a finite number in [low, high], else one line naming the value and the range."""
-    valid = f"give a number from {low_text} to {high_text}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid number {_shown(text)}: {valid}") from None
+            raise argparse.ArgumentTypeError(f"invalid {kind} {_shown(text)}: {valid}") from None
         if not low <= value <= high:  # NaN and the infinities fail too
             raise argparse.ArgumentTypeError(f"{_shown(text)} is out of range: {valid}")
         return value
 
     return parse
+
+
+def bounded_int(low: int, high: int, high_text: str | None = None) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high]."""
+    return _bounded(int, "int value", low, high, f"give a whole number from {low:,} to {high_text or f'{high:,}'}")
+
+
+def bounded_float(low: float, high: float, low_text: str, high_text: str) -> Callable[[str], float]:
+    """argparse type: a finite number in [low, high]."""
+    return _bounded(float, "number", low, high, f"give a number from {low_text} to {high_text}")
 
 
 def parse_size(text: str) -> int:
