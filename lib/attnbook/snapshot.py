@@ -12,28 +12,17 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .provenance import write_bytes
 
 TEMPORARY_PATTERNS = (".*.tmp", ".*.tmp.ipynb")  # what write_bytes and the notebook runner name their temporaries
 
 
 def _files(folder: Path) -> set[Path]:
     return {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()} if folder.is_dir() else set()
-
-
-def _copy_atomically(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copy2(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def restore(data: Path, backup: Path) -> list[str]:
@@ -44,7 +33,7 @@ def restore(data: Path, backup: Path) -> list[str]:
         changed.append(rel.as_posix())
     for rel in sorted(_files(backup)):
         if not (data / rel).is_file() or not filecmp.cmp(backup / rel, data / rel, shallow=False):
-            _copy_atomically(backup / rel, data / rel)
+            write_bytes(data / rel, (backup / rel).read_bytes())
             changed.append(rel.as_posix())
     return changed
 
