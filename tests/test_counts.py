@@ -141,3 +141,17 @@ def test_rope_wider_than_the_model_is_reported_not_guessed() -> None:
     assert c.unidentified is None and not c.covered and c.ratio is None
     assert "not covered" in c.note
     assert verify(c.spec).matches is None
+
+
+def test_a_learned_sink_trades_with_the_corner_of_a_full_rank_query_key_product() -> None:
+    # d = 2, d_k = 4 > d, biases q and k: the query/key product [W_Q; b_Q][W_K; b_K]^T is any 3 x 3 matrix
+    # (24 weights, 9 entries: 15 unidentified). The sink sees its corner b_Q b_K^T only through
+    # sink - b_Q b_K^T / sqrt(d_k): a fixed logit pins the corner, a learned one trades with it (16).
+    # The value side (W_V 2 x 2, W_O 2 x 2) adds d_v^2 = 4 either way. Found while writing the proof.
+    fixed = AttentionSpec.create(2, 1, head_dim=4, v_head_dim=2, bias="qk", norm="sink")
+    learned = AttentionSpec.create(2, 1, head_dim=4, v_head_dim=2, bias="qk", norm="sink", sink_learned=True)
+    assert count(fixed).unidentified == 15 + 4 == verify(fixed).numeric_unidentified
+    assert count(learned).unidentified == 16 + 4 == verify(learned).numeric_unidentified
+    # d_k <= d: the GL(d_k) orbit fixes the corner, so the learned logit is identified
+    narrow = AttentionSpec.create(4, 1, head_dim=4, v_head_dim=2, bias="qk", norm="sink", sink_learned=True)
+    assert count(narrow).unidentified == 4**2 + 2**2 == verify(narrow).numeric_unidentified

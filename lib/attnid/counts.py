@@ -17,7 +17,11 @@ Per key/value group g (m = H/G query heads share it), writing d for d_model:
   side by side give a d_v x (m d) factor. Under plain softmax the rows of A_h sum to one,
   so b_V only enters through c = b_O + sum_h b_V^{g(h)} W_O^h: with b_O present all of b_V
   is unidentified, without it G d_v - min(G d_v, d) of it. Other normalisations see b_V.
-* a learned sink logit per head is identified.
+* a learned sink logit per head is identified, except in one case: with both b_Q and b_K and
+  no RoPE, the sink sees the entries of the product above only through the logit minus
+  b_Q^h b_K^T / sqrt(d_k) (chapter 5). For d_k <= d_model the GL(d_k) orbit fixes that
+  corner entry; for d_k > d_model the product has full rank, its corner entry is free, and
+  each head's learned logit trades with it: one more direction per head.
 """
 
 from __future__ import annotations
@@ -131,7 +135,19 @@ def query_key_unidentified(spec: AttentionSpec) -> int | None:
         return spec.kv_heads * (r + (dk - r) ** 2)
     # Under plain softmax b_K is not part of the product (key_bias_unidentified counts it).
     key_rows = d + (spec.has_bias("k") and not spec.shift_invariant)
-    return spec.kv_heads * FactoredCount(m * (d + spec.has_bias("q")), dk, key_rows).unidentified
+    product = spec.kv_heads * FactoredCount(m * (d + spec.has_bias("q")), dk, key_rows).unidentified
+    return product + sink_corner_trade(spec)
+
+
+def sink_corner_trade(spec: AttentionSpec) -> int:
+    """H when each learned sink logit trades with the corner b_Q^h b_K^T of a full-rank query/key product, else 0.
+
+    The sink sees that corner only through sink_h - b_Q^h b_K^T / sqrt(d_k). Below full rank
+    (d_k <= d_model) the rest of the product fixes the corner; at full rank (d_k > d_model,
+    no RoPE) nothing does (chapter 5, theorem on sinks and sigmoid).
+    """
+    full_rank = spec.head_dim > spec.d_model and not spec.rope_dims
+    return spec.heads if spec.sink_learned and spec.has_bias("q") and spec.has_bias("k") and full_rank else 0
 
 
 def key_bias_unidentified(spec: AttentionSpec) -> int:
