@@ -68,3 +68,16 @@ def test_family_spec_honours_every_argument() -> None:
 def test_family_spec_refuses_what_the_family_cannot_have(family: str, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         family_spec(family, **kwargs)
+
+
+def test_an_unknown_attention_path_is_refused() -> None:
+    with pytest.raises(ValueError, match="attention_path must be one of sdpa, eager"):
+        build("llama", family_spec("llama"), attention_path="flash")
+
+
+def test_a_float32_softmax_makes_the_dead_key_bias_look_alive() -> None:
+    # Why the SDPA path is the default: GPT-NeoX's eager attention computes its softmax in float32, where a
+    # constant row shift changes the weights at round-off level; the rank rule then counts those directions.
+    spec = family_spec("gpt_neox", heads=2, head_dim=8, rope_fraction=0.25)
+    eager = cross_check("gpt_neox", spec, attention_path="eager")
+    assert eager.numeric < eager.exact

@@ -31,6 +31,7 @@ FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss")
 # path stays in the model's dtype, so those families run through it. GPT-2's eager path and gpt-oss's
 # (the only one with sinks) keep float64.
 SOFTMAX_IN_FLOAT64 = "sdpa"
+ATTENTION_PATHS = ("sdpa", "eager")
 
 
 @dataclass
@@ -74,7 +75,7 @@ def _merge_heads(w: torch.Tensor) -> torch.Tensor:
     return w.permute(1, 0, 2).reshape(w.shape[1], -1)
 
 
-def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
+def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator, attention_path: str) -> HFLayer:
     """Llama, Qwen2 and gpt-oss: q_proj, k_proj, v_proj, o_proj (nn.Linear: y = x W^T + b)."""
     from transformers import GptOssConfig, LlamaConfig, Qwen2Config
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
@@ -83,7 +84,7 @@ def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator)
 
     common = dict(hidden_size=spec.d_model, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
                   head_dim=spec.head_dim, num_hidden_layers=1,
-                  attn_implementation="eager" if family == "gpt_oss" else SOFTMAX_IN_FLOAT64)
+                  attn_implementation="eager" if family == "gpt_oss" else attention_path)
     rope = {"rope_type": "default", "rope_theta": spec.rope_base}
     if family == "llama":
         config = LlamaConfig(**common, attention_bias=spec.bias == "qkvo", rope_parameters=rope)
@@ -165,14 +166,14 @@ def _gpt2(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
     return HFLayer("gpt2", module, spec, to_attnid, from_attnid, forward_kwargs)
 
 
-def _gpt_neox(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
+def _gpt_neox(spec: AttentionSpec, generator: torch.Generator, attention_path: str) -> HFLayer:
     """GPT-NeoX (Pythia): one query_key_value Linear whose rows run head by head, [q k v] within a head."""
     from transformers import GPTNeoXConfig
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention, GPTNeoXRotaryEmbedding
 
     rope = {"rope_type": "default", "rope_theta": spec.rope_base, "partial_rotary_factor": spec.rope_dims / spec.head_dim}
     config = GPTNeoXConfig(hidden_size=spec.d_model, num_attention_heads=spec.heads, num_hidden_layers=1,
-                           attention_bias=True, rope_parameters=rope, attn_implementation=SOFTMAX_IN_FLOAT64)
+                           attention_bias=True, rope_parameters=rope, attn_implementation=attention_path)
     module = _randomise(GPTNeoXAttention(config, layer_idx=0), generator, spec.d_model**-0.5)
     rotary = GPTNeoXRotaryEmbedding(config).to(torch.float64)
     d, h, k = spec.d_model, spec.heads, spec.head_dim
@@ -236,16 +237,23 @@ def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_d
                                 rope_fraction=rope_fraction, causal=True, norm=norm, sink_learned=family == "gpt_oss")
 
 
-def build(family: str, spec: AttentionSpec, seed: int = 0) -> HFLayer:
-    """The family's transformers attention module for ``spec`` (see ``family_spec``), random float64 weights."""
+def build(family: str, spec: AttentionSpec, seed: int = 0, attention_path: str = SOFTMAX_IN_FLOAT64) -> HFLayer:
+    """The family's transformers attention module for ``spec`` (see ``family_spec``), random float64 weights.
+
+    ``attention_path`` is the transformers attention implementation of Llama, Qwen2 and GPT-NeoX:
+    'sdpa' (softmax in float64, the default) or 'eager' (softmax in float32, shown in chapter 8 to
+    break the dead key bias). GPT-2 and gpt-oss always run their eager path, which stays in float64.
+    """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if attention_path not in ATTENTION_PATHS:
+        raise ValueError(f"attention_path must be one of {', '.join(ATTENTION_PATHS)}, got {attention_path!r}")
     generator = torch.Generator().manual_seed(seed)
     if family == "gpt2":
         return _gpt2(spec, generator)
     if family == "gpt_neox":
-        return _gpt_neox(spec, generator)
-    return _linear_family(family, spec, generator)
+        return _gpt_neox(spec, generator, attention_path)
+    return _linear_family(family, spec, generator, attention_path)
 
 
 @dataclass(frozen=True)
@@ -262,15 +270,16 @@ class CrossCheck:
     numeric: int
 
 
-def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 8) -> CrossCheck:
-    """Build the family's module and test attnid's layer, symmetries and count against it."""
+def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 8,
+                attention_path: str = SOFTMAX_IN_FLOAT64) -> CrossCheck:
+    """Build the family's module (``attention_path`` as in ``build``) and test attnid's layer, symmetries and count against it."""
     from . import symmetry as sym
     from .counts import count
     from .jacobian import flatten, functional_rank, unflatten
     from .layer import forward
     from .verify import default_inputs
 
-    layer = build(family, spec, seed)
+    layer = build(family, spec, seed, attention_path)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(3, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
     weights = layer.weights()
