@@ -10,6 +10,7 @@ from attnid.counts import count
 from attnid.layer import init_params
 from attnid.runtime import generator
 from attnid.spec import AttentionSpec
+from attnid.verify import verify
 
 V = importlib.import_module("attnid.verify")  # the module: attnid.verify as an attribute is the function verify
 
@@ -107,3 +108,12 @@ def test_draws_come_in_the_documented_order(monkeypatch: pytest.MonkeyPatch) -> 
 def test_bad_arguments_are_rejected(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         V.numeric_rank(LAYOUTS["MHA"], **kwargs)
+
+
+def test_causal_rope_with_two_tokens_is_refused() -> None:
+    # Chapter 6: with a causal mask and two tokens only offset 1 is seen and the fibre is larger than the count.
+    spec = AttentionSpec.create(4, 1, rope_fraction=1.0, causal=True)
+    with pytest.raises(ValueError, match="seq_len must be >= 3 for a causal layout with RoPE"):
+        verify(spec, seq_len=2)
+    assert verify(spec, seq_len=3).matches
+    assert verify(AttentionSpec.create(4, 1, rope_fraction=1.0), seq_len=2).matches  # no mask: two tokens suffice

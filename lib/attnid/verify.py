@@ -32,6 +32,7 @@ from .spec import AttentionSpec, Params
 from .symmetry import orbit_tangent
 
 MIN_SEQ_LEN = 2
+MIN_CAUSAL_ROPE_SEQ_LEN = 3  # chapter 6: with a causal mask, RoPE needs two offsets one apart
 MAX_EXTRA_ROUNDS = 6
 METHODS = ("auto", "svd")
 FLOAT64_BYTES = 8
@@ -114,6 +115,9 @@ def _check_arguments(spec: AttentionSpec, seq_len: int | None, n_inputs: int | N
     seq_len = default_seq_len(spec) if seq_len is None else seq_len
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < MIN_SEQ_LEN:
         raise ValueError(f"seq_len must be an integer >= {MIN_SEQ_LEN} (attention over one token is constant), got {seq_len!r}")
+    if spec.rope_dims and spec.causal and seq_len < MIN_CAUSAL_ROPE_SEQ_LEN:
+        raise ValueError(f"seq_len must be >= {MIN_CAUSAL_ROPE_SEQ_LEN} for a causal layout with RoPE, got {seq_len}: with "
+                         "two tokens the only offset is 1 and the fiber is larger than the exact count (chapter 6)")
     n_inputs = default_inputs(spec, seq_len) if n_inputs is None else n_inputs
     if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
         raise ValueError(f"n_inputs must be a positive integer, got {n_inputs!r}")
