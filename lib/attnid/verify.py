@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from .certify import certify_nullity
+from .certify import JacobianError, certify_nullity, jacobian_error_estimate
 from .counts import Count, count
 from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
 from .layer import forward, init_params
@@ -232,6 +232,20 @@ def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_
     numeric = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, method=method, device=device,
                            progress=progress)
     return Verification(count(spec), numeric, seq_len, seed)
+
+
+def jacobian_error(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,
+                   device: torch.device | str = "cpu") -> JacobianError:
+    """Estimated ||J - J~||_F at the point and on the first inputs ``numeric_rank`` draws with the same arguments.
+
+    The certificate's Jacobian (``attnid.certify.jacobian_error_estimate``): a measurement, not a
+    bound, to set against the verified margin ``decision.verified.sigma_kept``.
+    """
+    seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, "auto")
+    gen = generator(seed)  # the same draws, in the same order, as numeric_rank
+    params = _draw_point(spec, gen, device)
+    inputs = _inputs(spec, gen, n_inputs, seq_len, device)
+    return jacobian_error_estimate(lambda p, x: forward(p, x, spec), params, inputs)
 
 
 # ------------------------------------------------------------------------------------------------
