@@ -171,3 +171,14 @@ def test_jacobian_error_is_far_below_the_verified_margin(spec: AttentionSpec) ->
     # float64 round-off on entries of size about one: the estimate sits at round-off, and the margin is decades above
     assert err.estimate < 1e-10 * fast.verified.sigma_1_upper
     assert err.estimate * 1e6 < fast.verified.sigma_kept
+
+
+@pytest.mark.parametrize("spec", LAYOUTS[:2], ids=lambda s: s.describe().replace(" ", ","))
+def test_certify_layout_is_the_certificate_of_verify(spec: AttentionSpec) -> None:
+    from attnid.verify import certify_layout, verify
+    one_pass = certify_layout(spec, seq_len=6, seed=3)
+    full = verify(spec, seq_len=6, seed=3)
+    assert one_pass.decision is not None and full.decision.method == "certificate"
+    assert one_pass.decision == full.decision  # same point, inputs and blocks: the same decision, bounds included
+    again = jacobian_error(spec, seq_len=6, seed=3, compare_modes=False)
+    assert one_pass.error == again

@@ -329,21 +329,26 @@ def certify_nullity(
     zero_tol: float = DEFAULT_ZERO_TOL,
     min_gap: float = DEFAULT_MIN_GAP,
     progress: bool = False,
+    blocks: Sequence[torch.Tensor] | None = None,
 ) -> RankDecision | None:
     """A certified decision that the null space of J is exactly span(basis), or None if it cannot be shown.
 
     The decision's ``kept_bound`` and ``dropped_bound`` are the floating-point bounds; its
     ``verified`` field holds the bounds proved for the computed Jacobian with rounding
     accounted for (module docstring), or None when that proof did not go through.
+    ``blocks``: the Jacobian blocks of ``inputs`` (one per input, as ``input_jacobian``
+    returns them) when the caller already has them; they are then not recomputed.
     """
     n_params = count_parameters(params)
     if basis.ndim != 2 or basis.shape[0] != n_params:
         raise ValueError(f"basis must have shape ({n_params}, u), got {tuple(basis.shape)}")
+    if blocks is not None and len(blocks) != len(inputs):
+        raise ValueError(f"blocks must hold one Jacobian block per input: {len(blocks)} blocks, {len(inputs)} inputs")
     gram = torch.zeros(n_params, n_params, dtype=basis.dtype, device=basis.device)
     stretched_blocks: list[torch.Tensor] = []
     n_rows = 0
-    for x in tqdm(inputs, desc="jacobian", disable=not progress, leave=False):
-        block = input_jacobian(fn, params, x, mode)
+    for i, x in enumerate(tqdm(inputs, desc="jacobian", disable=not progress, leave=False)):
+        block = input_jacobian(fn, params, x, mode) if blocks is None else blocks[i]
         n_rows += block.shape[0]
         gram += block.T @ block
         stretched_blocks.append(block @ basis)
@@ -380,32 +385,45 @@ def certify_nullity(
 
 @dataclass(frozen=True)
 class JacobianError:
-    """Two measured estimates of ||J - J~||_F for the float64 Jacobian J~ (not bounds).
+    """Measured estimates of ||J - J~||_F for the float64 Jacobian J~ (not bounds).
 
-    ``forward_reverse``: ||J~_forward - J~_reverse||_F, two float64 evaluations that round
-    differently. ``float32_scaled``: ||J~_32 - J~_64||_F times u_64 / u_32, the float32
-    Jacobian's error scaled to float64's round-off.
+    ``float32_scaled``: ||J~_32 - J~_64||_F times u_64 / u_32, the float32 Jacobian's error
+    scaled to float64's round-off (both in the mode ``input_jacobian`` picks, the one the
+    certificate used). ``forward_reverse``: ||J~_forward - J~_reverse||_F, two float64
+    evaluations that round differently (nan when not measured: the second mode is the
+    expensive one).
     """
 
-    forward_reverse: float
     float32_scaled: float
+    forward_reverse: float = math.nan
 
     @property
     def estimate(self) -> float:
-        """The larger of the two estimates."""
-        return max(self.forward_reverse, self.float32_scaled)
+        """The larger of the measured estimates."""
+        return max(x for x in (self.float32_scaled, self.forward_reverse) if not math.isnan(x))
 
 
-def jacobian_error_estimate(fn: Model, params: Params, inputs: Sequence[torch.Tensor]) -> JacobianError:
-    """Estimate ||J - J~||_F over all ``inputs`` (float64 params and inputs; see ``JacobianError``)."""
+def jacobian_error_estimate(fn: Model, params: Params, inputs: Sequence[torch.Tensor], *,
+                            compare_modes: bool = True, blocks: Sequence[torch.Tensor] | None = None) -> JacobianError:
+    """Estimate ||J - J~||_F over all ``inputs`` (float64 params and inputs; see ``JacobianError``).
+
+    ``compare_modes=False`` skips the forward-against-reverse comparison (it costs one Jacobian
+    in the expensive mode per input). ``blocks``: the float64 blocks in mode 'auto', if the
+    caller has them.
+    """
     if not inputs:
         raise ValueError("inputs is empty: the Jacobian needs at least one input")
+    if blocks is not None and len(blocks) != len(inputs):
+        raise ValueError(f"blocks must hold one Jacobian block per input: {len(blocks)} blocks, {len(inputs)} inputs")
     params32 = {name: p.to(torch.float32) for name, p in params.items()}
-    fr_sq, f32_sq = 0.0, 0.0
-    for x in inputs:
-        forward = input_jacobian(fn, params, x, "forward")
-        reverse = input_jacobian(fn, params, x, "reverse")
+    modes_sq, single_sq = 0.0, 0.0
+    for i, x in enumerate(inputs):
+        double = input_jacobian(fn, params, x, "auto") if blocks is None else blocks[i]
         single = input_jacobian(fn, params32, x.to(torch.float32), "auto").to(torch.float64)
-        fr_sq += float((forward - reverse).pow(2).sum())
-        f32_sq += float((single - forward).pow(2).sum())
-    return JacobianError(math.sqrt(fr_sq), math.sqrt(f32_sq) * (FLOAT64_UNIT_ROUNDOFF / FLOAT32_UNIT_ROUNDOFF))
+        single_sq += float((single - double).pow(2).sum())
+        if compare_modes:
+            forward = input_jacobian(fn, params, x, "forward")
+            reverse = input_jacobian(fn, params, x, "reverse")
+            modes_sq += float((forward - reverse).pow(2).sum())
+    scaled = math.sqrt(single_sq) * (FLOAT64_UNIT_ROUNDOFF / FLOAT32_UNIT_ROUNDOFF)
+    return JacobianError(scaled, math.sqrt(modes_sq) if compare_modes else math.nan)
