@@ -38,8 +38,9 @@ subnormal, gamma_n = n u / (1 - n u), and m the number of rows of J~.
    products). The spectral norm of a matrix is at most that of any non-negative matrix
    bounding it entrywise, and |J~|^T |J~| is positive semidefinite with trace ||J~||_F^2,
    so ||G^ - J~^T J~||_2 <= gamma_m ||J~||_F^2 + P m eta. ||J~||_F^2 = trace(J~^T J~) is
-   bounded from the diagonal of G^. G^ is made exactly symmetric by copying its lower
-   triangle (the triangle LAPACK reads); each copied entry obeys the same bound.
+   bounded from the diagonal of G^. K^ (step 2) is made exactly symmetric by copying its
+   lower triangle (the triangle LAPACK reads); each copied entry obeys the same bounds, and
+   so does every entry of the possibly unsymmetric G^ and M^ the bounds are computed from.
 2. Forming K. The same bound for M^ = fl(T T^T) (gamma_u ||T||_F^2), and one rounding for
    each of fl(w M^) and fl(G^ + w M^), give ||K^ - (J~^T J~ + w T T^T)||_2 <= delta_K
    (``_k_error``), with T and w the floating-point numbers actually used.
@@ -155,7 +156,8 @@ def _sumsq_upper(values: torch.Tensor) -> float:
     n = values.numel()
     if n == 0:
         return 0.0
-    total = float((values * values).sum())
+    flat = values.reshape(-1)
+    total = float(torch.dot(flat, flat))  # one BLAS inner product, no temporary
     return _up(_up(total / _down(1 - gamma(n))) + _up(n * _ETA))
 
 
@@ -225,6 +227,11 @@ def proves_positive_definite(a: torch.Tensor) -> bool:
     return _cholesky_lowered(a, _rump_shift(a.diagonal()))
 
 
+def _proves_positive_definite_unchecked(a: torch.Tensor) -> bool:
+    """``proves_positive_definite`` for a matrix the caller built exactly symmetric with a non-negative diagonal."""
+    return _cholesky_lowered(a, _rump_shift(a.diagonal()))
+
+
 # ------------------------------------------------------------------------------------------------
 # Spectral estimates (heuristic) and their verified counterparts
 # ------------------------------------------------------------------------------------------------
@@ -258,11 +265,13 @@ def _k_error(gram_error: float, w: float, basis: torch.Tensor, basis_frob_sq: fl
 
     M^ = fl(T T^T) has entries that are inner products of length u (the columns of T):
     |M^ - T T^T| <= gamma_u |T| |T|^T, whose spectral norm is at most ||T||_F^2. Then
-    fl(w M^) and fl(G^ + w M^) round each entry once (2u covers u / (1 - u) twice).
+    fl(w M^) and fl(G^ + w M^) round each entry once (2u covers u / (1 - u) twice). ``k`` is
+    the symmetrised K^, ``scaled`` the (possibly unsymmetric) w M^.
     """
     n_params, u = basis.shape
     outer = _up(w * _up(gamma(max(u, 1)) * basis_frob_sq))
-    entry_roundings = _up(2 * _U * _up(math.sqrt(_sumsq_upper(k)) + math.sqrt(_sumsq_upper(scaled))))
+    # K^ keeps the lower-triangle entries of w M^, whose Frobenius norm is at most sqrt(2) ||w M^||_F: use 2
+    entry_roundings = _up(2 * _U * _up(math.sqrt(_sumsq_upper(k)) + _up(2 * math.sqrt(_sumsq_upper(scaled)))))
     underflow = _up(n_params * _up((u + 2) * _ETA) * _up(w + 1))
     return _up(_up(_up(gram_error + outer) + entry_roundings) + underflow)
 
@@ -277,7 +286,7 @@ def _sigma_1_bounds(gram: torch.Tensor, rho: float, x: torch.Tensor, gram_error:
     diag = torch.nextafter(beta + below.diagonal(), torch.tensor(-math.inf, dtype=gram.dtype, device=gram.device))
     if bool((diag >= 0).all()):
         below.diagonal().copy_(diag)  # <= beta I - G^ on the diagonal, equal off it
-        if proves_positive_definite(below):
+        if _proves_positive_definite_unchecked(below):
             upper_sq = min(upper_sq, _up(beta + gram_error))
     gram_frob = _up(math.sqrt(_sumsq_upper(gram)))
     x_norm_sq = _up(float(x @ x) / _down(1 - gamma(n)))
@@ -352,7 +361,6 @@ def certify_nullity(
         n_rows += block.shape[0]
         gram += block.T @ block
         stretched_blocks.append(block @ basis)
-    gram = _lower_triangle_symmetric(gram)
     stretched = torch.cat(stretched_blocks)
     rho, x_top = _power_iteration(gram)
     sigma_1 = math.sqrt(max(rho, 0.0))
@@ -360,8 +368,8 @@ def certify_nullity(
         return None
     null_stretch = float(stretched.norm()) if basis.shape[1] else 0.0  # Frobenius >= spectral
     w = sigma_1**2
-    scaled = w * _lower_triangle_symmetric(basis @ basis.T)
-    k = gram + scaled
+    scaled = w * (basis @ basis.T)
+    k = _lower_triangle_symmetric(gram + scaled)  # exactly symmetric, as Rump's criterion needs; entries unchanged
     chol, info = torch.linalg.cholesky_ex(k)
     if int(info):
         return None
