@@ -175,7 +175,9 @@ def _rump_shift(diagonal: torch.Tensor) -> float:
 
 def _lower_triangle_symmetric(a: torch.Tensor) -> torch.Tensor:
     """The exactly symmetric matrix with a's lower triangle (the triangle LAPACK's Cholesky reads); no rounding."""
-    return torch.tril(a) + torch.tril(a, -1).T
+    out = torch.tril(a)
+    out += torch.tril(a, -1).T  # adds the mirrored entries to exact zeros: no rounding
+    return out
 
 
 def _check_symmetric_nonnegative_diagonal(a: torch.Tensor) -> None:
@@ -259,19 +261,19 @@ def _gram_error(jac_frob_sq: float, n_rows: int, n_params: int) -> float:
     return _up(_up(gamma(n_rows) * jac_frob_sq) + _up(n_params * _up(n_rows * _ETA)))
 
 
-def _k_error(gram_error: float, w: float, basis: torch.Tensor, basis_frob_sq: float, k: torch.Tensor,
-             scaled: torch.Tensor) -> float:
+def _k_error(gram_error: float, w: float, basis: torch.Tensor, basis_frob_sq: float, k_frob_sq: float,
+             scaled_frob_sq: float) -> float:
     """Step 2: ||K^ - (J~^T J~ + w T T^T)||_2 <= gram error + w gamma_u ||T||_F^2 + 2u (||K^||_F + ||w M^||_F) + underflow.
 
     M^ = fl(T T^T) has entries that are inner products of length u (the columns of T):
     |M^ - T T^T| <= gamma_u |T| |T|^T, whose spectral norm is at most ||T||_F^2. Then
-    fl(w M^) and fl(G^ + w M^) round each entry once (2u covers u / (1 - u) twice). ``k`` is
-    the symmetrised K^, ``scaled`` the (possibly unsymmetric) w M^.
+    fl(w M^) and fl(G^ + w M^) round each entry once (2u covers u / (1 - u) twice).
+    ``k_frob_sq`` bounds ||K^||_F^2 (K^ symmetrised), ``scaled_frob_sq`` ||w M^||_F^2 (before).
     """
     n_params, u = basis.shape
     outer = _up(w * _up(gamma(max(u, 1)) * basis_frob_sq))
     # K^ keeps the lower-triangle entries of w M^, whose Frobenius norm is at most sqrt(2) ||w M^||_F: use 2
-    entry_roundings = _up(2 * _U * _up(math.sqrt(_sumsq_upper(k)) + _up(2 * math.sqrt(_sumsq_upper(scaled)))))
+    entry_roundings = _up(2 * _U * _up(math.sqrt(k_frob_sq) + _up(2 * math.sqrt(scaled_frob_sq))))
     underflow = _up(n_params * _up((u + 2) * _ETA) * _up(w + 1))
     return _up(_up(_up(gram_error + outer) + entry_roundings) + underflow)
 
@@ -299,20 +301,25 @@ def _sigma_1_bounds(gram: torch.Tensor, rho: float, x: torch.Tensor, gram_error:
     return lower, _up(math.sqrt(upper_sq))
 
 
-def _verified_bounds(gram: torch.Tensor, k: torch.Tensor, scaled: torch.Tensor, w: float, shift: float,
-                     basis: torch.Tensor, stretched: torch.Tensor, n_rows: int, rho: float,
+def _verified_bounds(gram: torch.Tensor, k_terms: tuple[float, float], scaled_frob_sq: float, w: float,
+                     shift: float, basis: torch.Tensor, stretched: torch.Tensor, n_rows: int, rho: float,
                      x: torch.Tensor) -> VerifiedBounds | None:
-    """Steps 1-5 of the module docstring, given that Cholesky succeeded on K^ with its diagonal lowered by ``shift``."""
+    """Steps 1-5 of the module docstring, given that Cholesky succeeded on K^ with its diagonal lowered by ``shift``.
+
+    ``k_terms``: (upper bound on ||K^||_F^2, Rump's shift for K^), taken before K^ was freed.
+    """
     n_params = gram.shape[0]
-    if not all(bool(torch.isfinite(t).all()) for t in (gram, k, scaled, stretched)):
+    k_frob_sq, k_rump = k_terms
+    if not (all(bool(torch.isfinite(t).all()) for t in (gram, stretched))
+            and math.isfinite(k_frob_sq) and math.isfinite(scaled_frob_sq)):
         return None
     # ||J~||_F^2 = trace(J~^T J~), and G^_ii >= (1 - gamma_m) (J~^T J~)_ii - m eta (step 1 on the diagonal)
     trace = _up(_sum_upper(gram.diagonal()) + _up(n_params * _up(n_rows * _ETA)))
     jac_frob_sq = _up(trace / _down(1 - gamma(n_rows)))
     basis_frob_sq = _sumsq_upper(basis)
     gram_error = _gram_error(jac_frob_sq, n_rows, n_params)
-    k_error = _k_error(gram_error, w, basis, basis_frob_sq, k, scaled)
-    c_verified = _down(_down(shift - _rump_shift(k.diagonal())) - k_error)
+    k_error = _k_error(gram_error, w, basis, basis_frob_sq, k_frob_sq, scaled_frob_sq)
+    c_verified = _down(_down(shift - k_rump) - k_error)
     if not c_verified > 0:
         return None
     sigma_1 = _sigma_1_bounds(gram, rho, x, gram_error, jac_frob_sq)
@@ -369,18 +376,24 @@ def certify_nullity(
     null_stretch = float(stretched.norm()) if basis.shape[1] else 0.0  # Frobenius >= spectral
     w = sigma_1**2
     scaled = w * (basis @ basis.T)
-    k = _lower_triangle_symmetric(gram + scaled)  # exactly symmetric, as Rump's criterion needs; entries unchanged
+    scaled_frob_sq = _sumsq_upper(scaled)
+    k = gram + scaled
+    del scaled  # P x P matrices are freed as soon as they are done with (estimate_resources counts them)
+    k = _lower_triangle_symmetric(k)  # exactly symmetric, as Rump's criterion needs; entries unchanged
     chol, info = torch.linalg.cholesky_ex(k)
     if int(info):
         return None
     shift = 0.5 * _smallest_eigenvalue_estimate(chol, k)
+    del chol
     if shift <= 0.0 or not _cholesky_lowered(k, shift):
         return None
+    k_terms = (_sumsq_upper(k), _rump_shift(k.diagonal()))
+    del k
     kept = math.sqrt(shift) / sigma_1
     if kept < GRAM_FLOOR:
         return None
     dropped = null_stretch / sigma_1 if basis.shape[1] else math.nan
-    verified = _verified_bounds(gram, k, scaled, w, shift, basis, stretched, n_rows, rho, x_top)
+    verified = _verified_bounds(gram, k_terms, scaled_frob_sq, w, shift, basis, stretched, n_rows, rho, x_top)
     return RankDecision(
         singular_values=None, n_rows=n_rows, n_params=n_params, rank=n_params - basis.shape[1],
         zero_tol=zero_tol, min_gap=min_gap, kept_bound=kept, dropped_bound=dropped, verified=verified,
