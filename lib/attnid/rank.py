@@ -56,6 +56,48 @@ COMMUTANT_TOL: float = 1e-10
 # condition number, so t_r = 1e-5 is a relative Gram eigenvalue of 1e-10, just a few decades
 # above the Gram's own round-off (eps times its size); below it a Cholesky bound is untrustworthy.
 GRAM_FLOOR: float = 1e-5
+# Unit round-off u of float64 (half of eps): every correctly rounded operation has relative error at most u.
+# The verified bounds of attnid.certify are built from it (gamma_n = n u / (1 - n u), Higham Sec. 3.1).
+FLOAT64_UNIT_ROUNDOFF: float = FLOAT64_EPS / 2
+# Unit round-off of float32: attnid.certify scales the float32-versus-float64 Jacobian difference by the ratio of
+# the two round-offs to estimate the float64 Jacobian's own error.
+FLOAT32_UNIT_ROUNDOFF: float = float(torch.finfo(torch.float32).eps) / 2
+# The smallest positive (subnormal) float64, eta: the absolute error an underflowing product can make,
+# and the underflow term of Rump's positive-definiteness criterion (attnid.certify).
+FLOAT64_UNDERFLOW: float = math.ulp(0.0)
+# The verified upper bound on s_1 tests beta I - J^T J by Cholesky with beta = (1 + SIGMA_1_SLACK) times the
+# power-iteration estimate of s_1^2: 1% above it, so an estimate that converged to a few digits passes at the
+# first try, and a loose s_1 bound only moves the relative bounds t_r, t_{r+1} by half a percent.
+SIGMA_1_SLACK: float = 0.01
+
+
+@dataclass(frozen=True)
+class VerifiedBounds:
+    """Singular-value bounds for the computed (float64) Jacobian J~, with every rounding error bounded.
+
+    Proved by ``attnid.certify`` (its docstring gives the argument): ``sigma_kept`` <= s_r(J~)
+    with r = P - u, ``sigma_1_lower`` <= s_1(J~) <= ``sigma_1_upper``, and ``null_stretch`` >=
+    ||J~ T||_2, which bounds s_{r+1}(J~). They say nothing yet about the exact Jacobian J:
+    by Weyl's inequality s_r(J) >= ``sigma_kept`` - ||J - J~||_2, so rank(J) >= r as soon as
+    the Jacobian's own error ||J - J~||_2 is below ``sigma_kept``.
+    """
+
+    sigma_kept: float
+    sigma_1_upper: float
+    sigma_1_lower: float
+    null_stretch: float
+
+    @property
+    def kept(self) -> float:
+        """A lower bound on t_r = s_r(J~) / s_1(J~)."""
+        return math.nextafter(self.sigma_kept / self.sigma_1_upper, -math.inf)  # one step down covers the division's rounding
+
+    @property
+    def dropped(self) -> float:
+        """An upper bound on t_{r+1} = s_{r+1}(J~) / s_1(J~) (nan when there is no null direction)."""
+        if math.isnan(self.null_stretch):
+            return math.nan
+        return math.nextafter(self.null_stretch / self.sigma_1_lower, math.inf)
 
 
 @dataclass(frozen=True)
@@ -64,8 +106,11 @@ class RankDecision:
 
     ``singular_values`` are the raw values in descending order (length min(m, P));
     ``relative`` pads them with zeros to length ``n_params`` and divides by the largest.
-    A certified decision has no spectrum (``singular_values`` is None) and stores proven
-    bounds: ``kept_bound`` <= t_r and ``dropped_bound`` >= t_{r+1}.
+    A certified decision has no spectrum (``singular_values`` is None) and stores the
+    certificate's bounds ``kept_bound`` (for t_r) and ``dropped_bound`` (for t_{r+1}), computed
+    in floating point without accounting for its rounding; ``verified`` holds bounds that do
+    account for it (rigorous for the computed Jacobian, see ``VerifiedBounds``), or None when
+    that argument did not go through.
     """
 
     singular_values: torch.Tensor | None
@@ -76,6 +121,7 @@ class RankDecision:
     min_gap: float
     kept_bound: float | None = None
     dropped_bound: float | None = None
+    verified: "VerifiedBounds | None" = None
 
     @property
     def method(self) -> str:
@@ -133,6 +179,17 @@ class RankDecision:
             if not (self.smallest_kept > self.zero_tol and dropped_ok):
                 return False
         return self.gap >= self.min_gap and self.rows_sufficient
+
+    @property
+    def rigorous(self) -> bool:
+        """True for a clear certified decision whose verified lower bound on t_r(J~) is above the zero tolerance.
+
+        That proves rank(J~) >= rank for the computed Jacobian (``attnid.certify``). The upper
+        bound on t_{r+1} is not part of the proof: that the orbit directions are null for the
+        exact Jacobian is a theorem, not a measurement.
+        """
+        v = self.verified
+        return self.method == "certificate" and v is not None and self.clear and v.kept > self.zero_tol
 
     def require_clear(self) -> "RankDecision":
         """Return self, or raise ValueError explaining why the rank is not clear."""

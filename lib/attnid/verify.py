@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from .certify import certify_nullity
+from .certify import JacobianError, certify_nullity, jacobian_error_estimate
 from .counts import Count, count
 from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
 from .layer import forward, init_params
@@ -236,6 +236,62 @@ def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_
     numeric = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, method=method, device=device,
                            progress=progress)
     return Verification(count(spec), numeric, seq_len, seed)
+
+
+def jacobian_error(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,
+                   device: torch.device | str = "cpu", compare_modes: bool = True) -> JacobianError:
+    """Estimated ||J - J~||_F at the point and on the first inputs ``numeric_rank`` draws with the same arguments.
+
+    The certificate's Jacobian (``attnid.certify.jacobian_error_estimate``): a measurement, not a
+    bound, to set against the verified margin ``decision.verified.sigma_kept``.
+    """
+    seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, "auto")
+    gen = generator(seed)  # the same draws, in the same order, as numeric_rank
+    params = _draw_point(spec, gen, device)
+    inputs = _inputs(spec, gen, n_inputs, seq_len, device)
+    return jacobian_error_estimate(lambda p, x: forward(p, x, spec), params, inputs, compare_modes=compare_modes)
+
+
+@dataclass(frozen=True)
+class CertifiedLayout:
+    """The certificate step of ``numeric_rank(method='auto')`` for one layout, with the Jacobian's estimated error.
+
+    ``decision`` is the certified decision (None when the layout has no exact count, hence
+    no orbit basis, or when the certificate gave up and the SVD route would decide);
+    ``error`` estimates ||J - J~||_F on the same Jacobian (None without a decision).
+    """
+
+    spec: AttentionSpec
+    count: Count
+    decision: RankDecision | None
+    error: JacobianError | None
+    n_inputs: int
+
+
+def certify_layout(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,
+                   device: torch.device | str = "cpu") -> CertifiedLayout:
+    """Certify one layout at the point and on the inputs ``numeric_rank`` draws, and estimate the Jacobian's error.
+
+    Each float64 Jacobian block is computed once and serves both the certificate and the
+    float32-against-float64 error estimate (``attnid.certify.jacobian_error_estimate``).
+    """
+    seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, "auto")
+    gen = generator(seed)  # the same draws, in the same order, as numeric_rank
+    params = _draw_point(spec, gen, device)
+    inputs = _inputs(spec, gen, n_inputs, seq_len, device)
+    exact = count(spec)
+    if not exact.covered:
+        return CertifiedLayout(spec, exact, None, None, n_inputs)
+
+    def layer(p: Params, x: torch.Tensor) -> torch.Tensor:
+        return forward(p, x, spec)
+
+    blocks = [input_jacobian(layer, params, x) for x in inputs]
+    decision = certify_nullity(layer, params, inputs, orbit_tangent(params, spec), blocks=blocks)
+    if decision is None or not decision.clear:
+        return CertifiedLayout(spec, exact, None, None, n_inputs)
+    error = jacobian_error_estimate(layer, params, inputs, compare_modes=False, blocks=blocks)
+    return CertifiedLayout(spec, exact, decision, error, n_inputs)
 
 
 # ------------------------------------------------------------------------------------------------
