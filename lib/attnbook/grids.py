@@ -1,0 +1,100 @@
+"""The attention layouts each chapter verifies numerically: one definition per grid.
+
+The chapters build their grids here, and the certificate appendix rebuilds every grid from the
+same functions with each chapter's own parameter defaults (``CHAPTER_GRIDS``), so a grid can
+only change in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from attnid.spec import AttentionSpec, standard_layouts
+
+# The head layouts chapters 5 and 6 run each variant on: one head, two heads, four query heads on two key/value heads.
+HEAD_LAYOUTS: tuple[dict[str, int], ...] = (dict(heads=1), dict(heads=2), dict(heads=4, kv_heads=2))
+
+
+def one_head(grid_d: Sequence[int]) -> list[AttentionSpec]:
+    """Chapter 2: one head at each width, narrow, square, wide and 1-wide heads, with and without a causal mask."""
+    specs = []
+    for d in grid_d:
+        for dk, dv in sorted({(d, d), (max(1, d // 2), d), (d, max(1, d // 2)), (d + 2, d), (1, 1)}):
+            for causal in (False, True):
+                specs.append(AttentionSpec.create(d, 1, head_dim=dk, v_head_dim=dv, causal=causal))
+    return specs
+
+
+def one_head_width_sweep(d_model: int, max_width: int) -> list[AttentionSpec]:
+    """Chapter 2's figure: one head, query/key width 1 to ``max_width``, value width d_model."""
+    return [AttentionSpec.create(d_model, 1, head_dim=k, v_head_dim=d_model) for k in range(1, max_width + 1)]
+
+
+def many_heads(widths: Sequence[int]) -> list[AttentionSpec]:
+    """Chapter 3: every head count dividing each width, standard head widths."""
+    return [AttentionSpec.create(w, h) for w in widths for h in range(1, w + 1) if w % h == 0]
+
+
+def never_identified(widths: Sequence[int]) -> list[AttentionSpec]:
+    """Chapter 4: the standard layouts (MHA, GQA, MQA, with and without RoPE) of every width."""
+    return [spec for w in widths for spec in standard_layouts(w)]
+
+
+def biases(d_model: int) -> list[AttentionSpec]:
+    """Chapter 5: bias combinations under each normalisation, then heads wider than the model with a sink."""
+    specs = []
+    for base in HEAD_LAYOUTS:
+        for bias in ("none", "k", "v", "vo", "qkvo"):
+            specs.append(AttentionSpec.create(d_model, bias=bias, **base))
+        specs.append(AttentionSpec.create(d_model, bias="qkvo", causal=True, **base))
+        specs.append(AttentionSpec.create(d_model, bias="qkvo", norm="sink", **base))
+        specs.append(AttentionSpec.create(d_model, bias="qkvo", norm="sink", sink_learned=True, **base))
+        specs.append(AttentionSpec.create(d_model, bias="qkvo", norm="sigmoid", **base))
+        specs.append(AttentionSpec.create(d_model, bias="qkvo", rope_fraction=1.0, **base))
+        half = 2 * ((d_model // base["heads"]) // 4)  # an even r below d_k, where the head is wide enough
+        if half:
+            specs.append(AttentionSpec.create(d_model, bias="qkvo", rope_dims=half, **base))
+    return specs + wide_sink_pair()
+
+
+def wide_sink_pair() -> list[AttentionSpec]:
+    """Heads wider than the model (d_k > d) with b_Q and b_K: a fixed and a learned sink (chapter 5's exception)."""
+    return [AttentionSpec.create(3, 2, head_dim=5, v_head_dim=2, bias="qk", norm="sink", sink_learned=learned)
+            for learned in (False, True)]
+
+
+def rope(d_model: int) -> list[AttentionSpec]:
+    """Chapter 6: full and partial RoPE with and without biases, causal, and a sink and a sigmoid variant."""
+    specs = []
+    for base in HEAD_LAYOUTS:
+        dk = d_model // base["heads"]
+        for r in sorted({2, dk // 2 - (dk // 2) % 2, dk} - {0}):
+            for bias in ("none", "qkvo"):
+                specs.append(AttentionSpec.create(d_model, rope_dims=r, bias=bias, **base))
+        specs.append(AttentionSpec.create(d_model, rope_fraction=1.0, causal=True, **base))
+        specs.append(AttentionSpec.create(d_model, rope_dims=2, bias="qkvo", norm="sink", sink_learned=True, **base))
+        specs.append(AttentionSpec.create(d_model, rope_fraction=1.0, bias="qkvo", norm="sigmoid", causal=True, **base))
+    return specs
+
+
+def rope_bases(d_model: int, bases: Sequence[float]) -> list[AttentionSpec]:
+    """Chapter 6's context-length figure: one head with full RoPE for each base."""
+    return [AttentionSpec.create(d_model, 1, rope_fraction=1.0, rope_base=b) for b in bases]
+
+
+def gqa(d_model: int, heads: Sequence[int]) -> list[AttentionSpec]:
+    """Chapter 7: the standard layouts of one width for the given query-head counts."""
+    return standard_layouts(d_model, heads=list(heads))
+
+
+Grids = tuple[list[AttentionSpec], list[AttentionSpec]]
+# chapter notebook -> (its parameter defaults -> (main grid, other verified layouts))
+CHAPTER_GRIDS: Mapping[str, Callable[[dict[str, Any]], Grids]] = {
+    "chapters/02_one_head.ipynb": lambda p: (one_head(p["GRID_D"]), one_head_width_sweep(p["D_MODEL"], p["MAX_WIDTH"])),
+    "chapters/03_many_heads.ipynb": lambda p: (many_heads(p["WIDTHS"]), []),
+    "chapters/04_never_identified.ipynb": lambda p: (never_identified(p["WIDTHS"]), []),
+    "chapters/05_biases.ipynb": lambda p: (biases(p["D_MODEL"]), []),
+    "chapters/06_rope.ipynb": lambda p: (rope(p["D_MODEL"]), rope_bases(p["D_MODEL"], p["BASES"])),
+    "chapters/07_gqa.ipynb": lambda p: (gqa(p["D_MODEL"], p["HEADS"]), []),
+}
