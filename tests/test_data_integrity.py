@@ -158,9 +158,10 @@ def test_a_kill_at_any_step_of_write_csv_is_harmless_or_reported(tmp_path: Path,
     assert sorted(p.name for p in (tmp_path / "data" / "t").iterdir()) == ["v.csv", "v.csv.provenance.json"]
 
 
-def test_reading_a_mismatched_pair_names_the_file(tmp_path: Path) -> None:
+def test_reading_a_mismatched_pair_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import attnbook
 
+    monkeypatch.delenv("ATTNBOOK_ROOT", raising=False)  # the book root must come from the mini book's folder
     _mini_book(tmp_path)
     subprocess.run([sys.executable, "-c", WRITE.format(value=1, root=str(tmp_path))], check=True)
     (tmp_path / "data" / "t" / "v.csv").write_text("v\n7\n")
