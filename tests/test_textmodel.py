@@ -153,3 +153,6 @@ def test_paired_summary() -> None:
     assert (same.median, same.low, same.high, same.ties) == (0.0, 0.0, 0.0, 5)
     with pytest.raises(ValueError, match="equal-length"):
         tm.paired_summary([1.0], [1.0])
+    low, high = tm.bootstrap_median(np.arange(101.0))
+    assert low < 50 < high and high - low < 30
+    assert tm.bootstrap_median([3.0, 3.0, 3.0]) == (3.0, 3.0)

@@ -354,6 +354,20 @@ def train_text(
 # ------------------------------------------------------------------------------------------------
 
 
+def bootstrap_median(values: list[float] | np.ndarray, *, level: float = 0.95, resamples: int = 10_000,
+                     seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval at ``level`` for the median of ``values`` (resampled with a seeded generator)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"need a list of at least 2 values, got shape {arr.shape}")
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"need 0 < level < 1 and resamples >= 1; got {level}, {resamples}")
+    rng = np.random.default_rng(seed)
+    boot = np.median(arr[rng.integers(0, arr.size, size=(resamples, arr.size))], axis=1)
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
 @dataclass(frozen=True)
 class PairedSummary:
     """Median of b - a over pairs, its percentile bootstrap interval, and wins (b < a - tie) / ties / losses."""
@@ -382,8 +396,6 @@ def paired_summary(a: list[float] | np.ndarray, b: list[float] | np.ndarray, *, 
     if not 0 < level < 1 or tie < 0 or resamples < 1:
         raise ValueError(f"need 0 < level < 1, tie >= 0, resamples >= 1; got {level}, {tie}, {resamples}")
     d = b_arr - a_arr
-    rng = np.random.default_rng(seed)
-    boot = np.median(d[rng.integers(0, d.size, size=(resamples, d.size))], axis=1)
-    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    low, high = bootstrap_median(d, level=level, resamples=resamples, seed=seed)
     return PairedSummary(int(d.size), float(np.median(d)), float(low), float(high),
                          int((d < -tie).sum()), int((np.abs(d) <= tie).sum()), int((d > tie).sum()), level)
