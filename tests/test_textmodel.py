@@ -125,12 +125,28 @@ def test_a_tiny_training_run_lowers_the_validation_loss_and_records_its_measurem
     assert hist.val_loss[-1] < hist.val_loss[0] - 1.0, hist.val_loss
     assert [(s, layer) for s, layer, _ in hist.shares] == [(0, 0), (0, 1), (20, 0), (20, 1)]
     assert all(0 <= sh["total"] <= 1 for _, _, sh in hist.shares)
+    assert all(len(row) == 10 for row in hist.drift) and hist.drift[-1][2] > 0
     # float64 Adam: the dead key bias does not move (its gradient is round-off, far below eps)
     assert all(beyond < 1e-9 for _, _, _, beyond, _ in hist.key_bias), hist.key_bias
     # balancing changes the parametrisation, not the function, at the moment it happens
     again = tm.train_text(SMALL, data, val, seed=0, steps=10, batch=8, optimiser="adam", lr=1e-2,
                           rebalance="balance", balance_every=10, eval_every=10, dtype=torch.float64)
     assert abs(again.val_loss[0] - hist.val_loss[0]) < 1e-9
+
+
+def test_drift_beyond_decay_is_zero_for_pure_shrinking() -> None:
+    # Scaling every parameter by 0.9 (what decoupled decay alone does) scales C and the Grams by 0.81:
+    # measured from the shrunk start, nothing drifted; measured from the start itself, it did.
+    params = tm.init_model(SMALL, torch.Generator().manual_seed(5), torch.float64)
+    attn = tm.layer_attention(params, 0)
+    shrunk = {n: 0.9 * p for n, p in attn.items()}
+    start_c, now_c = sym.conserved_quantities(attn, SMALL.attention), sym.conserved_quantities(shrunk, SMALL.attention)
+    from attnid.training import conservation_drift
+
+    assert max(conservation_drift(tuple(0.81 * c for c in start_c), now_c, 1.0)) < 1e-12
+    assert min(conservation_drift(start_c, now_c, 1.0)) > 1e-3
+    g0, g1 = sym._grams(attn, SMALL.attention), sym._grams(shrunk, SMALL.attention)
+    assert max(tm.gram_drift(g0, g1, SMALL.attention, 1.0, scale=0.81)) < 1e-12
 
 
 def test_train_text_refuses_bad_options() -> None:

@@ -246,20 +246,23 @@ class TextHistory:
     train_loss: list[float] = field(default_factory=list)  # mean training loss since the previous evaluation
     val_loss: list[float] = field(default_factory=list)
     shares: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)  # (step, layer, shares)
-    drift: list[tuple[int, int, float, float, float, float]] = field(default_factory=list)
-    # (step, layer, ||dC_QK||, ||dC_VO||, ||(dGram_Q, dGram_K)||, ||(dGram_V, dGram_O)||), all over the layer's squared norm at step 0
+    drift: list[tuple[int, ...]] = field(default_factory=list)
+    # (step, layer, ||dC_QK||, ||dC_VO||, ||(dGram_Q, dGram_K)||, ||(dGram_V, dGram_O)||, then the same four
+    # with d X = X(t) - s X(0), s = (1 - lr wd)^(2t) the factor AdamW's decay alone gives), over the squared norm at step 0
     key_bias: list[tuple[int, int, float, float, float]] = field(default_factory=list)
     # (step, layer, ||b(t) - b(0)|| / ||b(0)||, ||b(t) - decay^t b(0)|| / ||b(0)||, rms per-step move / lr)
 
 
-def gram_drift(start: tuple[torch.Tensor, ...], now: tuple[torch.Tensor, ...], spec: AttentionSpec, size: float) -> tuple[float, float]:
+def gram_drift(start: tuple[torch.Tensor, ...], now: tuple[torch.Tensor, ...], spec: AttentionSpec, size: float,
+               scale: float = 1.0) -> tuple[float, float]:
     """The conserved quantities' scale of comparison: sqrt(||dGram_Q||^2 + ||dGram_K||^2) and the same for V, O, over ``size``.
 
     C_QK = Gram_Q - Gram_K (projected on the RoPE commutant) and C_VO = Gram_V - Gram_O. If the
     two Grams of a pair changed independently of each other, ||dC|| would be about this number;
-    if C is conserved, ||dC|| = 0 however far the Grams move. ``start``, ``now``: the four Grams.
+    if C is conserved, ||dC|| = 0 however far the Grams move. ``start``, ``now``: the four Grams;
+    the change is measured from ``scale`` times the start (dX = X(t) - scale X(0)).
     """
-    dq, dk, dv, do = (b - a for a, b in zip(start, now, strict=True))
+    dq, dk, dv, do = (b - scale * a for a, b in zip(start, now, strict=True))
     dq, dk = sym.project_commutant(dq, spec), sym.project_commutant(dk, spec)
     return (float(torch.sqrt(dq.norm() ** 2 + dk.norm() ** 2) / size), float(torch.sqrt(dv.norm() ** 2 + do.norm() ** 2) / size))
 
@@ -287,7 +290,8 @@ def train_text(
     balanced point of its orbit (``attnid.symmetry.balance``, computed in float64): the same
     function; the optimiser state stays as it is. measure_every: every so many steps (0: never)
     record, per attention layer, the drift of the conserved quantities since step 0 next to the
-    drift of the Gram matrices they are differences of (``gram_drift``), and the dead key bias;
+    drift of the Gram matrices they are differences of (``gram_drift``), both also measured from
+    the start shrunk by AdamW's decay, and the dead key bias;
     shares_every: every so many steps (0: never) the invisible shares of that step's update.
     Validation loss every ``eval_every`` steps and after the last step.
     """
@@ -328,9 +332,13 @@ def train_text(
                     update = {n: now[n] - before[layer][n] for n in now}
                     history.shares.append((step, layer, invisible_shares(update, before[layer], spec.attention)))
                 if measure:
-                    drift = conservation_drift(start_c[layer], sym.conserved_quantities(now, spec.attention), size[layer])
-                    grams = gram_drift(start_g[layer], sym._grams(now, spec.attention), spec.attention, size[layer])
-                    history.drift.append((step, layer, *drift, *grams))
+                    c_now, g_now = sym.conserved_quantities(now, spec.attention), sym._grams(now, spec.attention)
+                    shrink = decay ** (2 * (step + 1))  # AdamW's decay alone multiplies every Gram, so C, by this
+                    history.drift.append((
+                        step, layer, *conservation_drift(start_c[layer], c_now, size[layer]),
+                        *gram_drift(start_g[layer], g_now, spec.attention, size[layer]),
+                        *conservation_drift(tuple(shrink * c for c in start_c[layer]), c_now, size[layer]),
+                        *gram_drift(start_g[layer], g_now, spec.attention, size[layer], scale=shrink)))
                     b0, bt = bias0[layer], dead_key_bias(now, spec.attention)
                     if b0.numel():
                         moved = float((bt - b0).norm() / b0.norm())
