@@ -1,0 +1,409 @@
+"""A small causal byte-level transformer on real text, built around attnid's attention layer.
+
+The corpus is the source of a pinned pure-Python package (``sympy`` by default): its ``.py``
+files, code and docstrings as people wrote them, concatenated in sorted path order. It is on
+every machine that installed the pinned requirements and is byte-for-byte the same there;
+``load_corpus`` returns it with its SHA-256 and the package version, for the provenance.
+
+The model, with every attention layer ``attnid.layer.forward`` in attnid's parameter layout
+(so the orbit tangents, conserved quantities and balancing of ``attnid.symmetry`` apply):
+
+    h_0 = E[x] (+ P[positions] when the attention has no RoPE)
+    h_l = h_{l-1} + attn_l(norm(h_{l-1}))           attn_l = attnid.layer.forward
+    h_l = h_l + W_out gelu(norm(h_l) W_in + b_in) + b_out
+    logits = norm(h_L) U                            (norm: layer norm without gain or shift)
+
+``train_text`` trains it with ``attnid.training.make_optimiser`` on random windows of the
+training split and measures, per attention layer, the invisible shares of its updates
+(``attnid.training.invisible_shares``), the drift of the conserved quantities, and the dead key
+bias; it can move every attention layer to the balanced point of its orbit every few steps.
+``paired_summary`` is the paired statistic the experiment reports (median difference with a
+percentile bootstrap interval, wins/ties/losses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import symmetry as sym
+from .layer import forward as attention_forward
+from .layer import init_params as attention_init
+from .runtime import check_seed
+from .spec import AttentionSpec, Params
+from .training import conservation_drift, invisible_shares, make_optimiser, squared_norm
+
+VOCAB = 256  # bytes
+REBALANCING = ("none", "balance")
+
+
+# ------------------------------------------------------------------------------------------------
+# Corpus
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The bytes of a package's ``.py`` files in sorted path order, and where they came from."""
+
+    package: str
+    version: str
+    files: int
+    sha256: str
+    data: torch.Tensor  # uint8, shape (n_bytes,)
+
+
+def package_sources(package: str) -> list[Path]:
+    """The ``.py`` files of an installed package, sorted by their path inside the package (POSIX form)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"no installed package {package!r} with a source folder (try 'sympy')")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    files = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def load_corpus(package: str = "sympy") -> Corpus:
+    """The concatenated source bytes of ``package`` with their SHA-256, file count and package version."""
+    files = package_sources(package)
+    raw = b"".join(p.read_bytes() for p in files)
+    data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return Corpus(package, importlib.metadata.version(package), len(files), hashlib.sha256(raw).hexdigest(), data)
+
+
+def split_corpus(data: torch.Tensor, block: int = 65536, every: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation): the corpus cut into blocks of ``block`` bytes; block i is validation iff i % every == every - 1.
+
+    Each split is its blocks concatenated in order, so a window can cross a seam between two
+    blocks of the same split (one seam per ``block`` bytes).
+    """
+    if block < 2 or every < 2:
+        raise ValueError(f"block must be >= 2 and every >= 2, got block={block}, every={every}")
+    n_blocks = math.ceil(data.numel() / block)
+    is_val = torch.arange(n_blocks) % every == every - 1
+    pieces = list(torch.split(data, block))
+    train = torch.cat([p for p, v in zip(pieces, is_val.tolist(), strict=True) if not v])
+    val = torch.cat([p for p, v in zip(pieces, is_val.tolist(), strict=True) if v])
+    return train, val
+
+
+def random_batch(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets), both (batch, seq_len) int64: windows at uniform random offsets, targets shifted by one byte."""
+    if data.numel() < seq_len + 1:
+        raise ValueError(f"the data ({data.numel()} bytes) are shorter than one window of {seq_len + 1}")
+    starts = torch.randint(0, data.numel() - seq_len, (batch,), generator=generator)
+    idx = starts[:, None] + torch.arange(seq_len + 1)
+    windows = data[idx].long()
+    return windows[:, :-1], windows[:, 1:]
+
+
+def fixed_batches(data: torch.Tensor, n_windows: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n_windows`` windows at evenly spaced offsets: the same evaluation set for every seed and run."""
+    if n_windows < 1:
+        raise ValueError(f"n_windows must be >= 1, got {n_windows}")
+    if data.numel() < seq_len + 1:
+        raise ValueError(f"the data ({data.numel()} bytes) are shorter than one window of {seq_len + 1}")
+    starts = torch.linspace(0, data.numel() - seq_len - 1, n_windows).long()
+    windows = data[starts[:, None] + torch.arange(seq_len + 1)].long()
+    return windows[:, :-1], windows[:, 1:]
+
+
+# ------------------------------------------------------------------------------------------------
+# Model
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextModelSpec:
+    """Layers, the attention layout every layer uses (causal), MLP width, and the longest sequence."""
+
+    layers: int
+    attention: AttentionSpec
+    mlp_width: int
+    seq_len: int
+
+    def __post_init__(self) -> None:
+        if self.layers < 1 or self.mlp_width < 1 or self.seq_len < 2:
+            raise ValueError(f"need layers >= 1, mlp_width >= 1, seq_len >= 2; got {self.layers}, {self.mlp_width}, {self.seq_len}")
+        if not self.attention.causal:
+            raise ValueError("a language model needs causal attention: build the AttentionSpec with causal=True")
+
+    @classmethod
+    def create(cls, *, layers: int = 2, d_model: int = 64, heads: int = 4, kv_heads: int | None = None,
+               rope_fraction: float = 0.5, bias: str = "qkvo", mlp_ratio: int = 4, seq_len: int = 64) -> "TextModelSpec":
+        """A model with d_model / heads wide heads; kv_heads < heads gives GQA, rope_fraction > 0 RoPE."""
+        attn = AttentionSpec.create(d_model, heads, kv_heads=kv_heads, rope_fraction=rope_fraction, bias=bias, causal=True)
+        return cls(layers, attn, mlp_ratio * d_model, seq_len)
+
+    @property
+    def d_model(self) -> int:
+        return self.attention.d_model
+
+    @property
+    def learned_positions(self) -> bool:
+        """Without RoPE the model needs a learned position table to know where a byte is."""
+        return self.attention.rope_dims == 0
+
+
+def attention_prefix(layer: int) -> str:
+    return f"layer{layer}.attn."
+
+
+def layer_attention(params: Params, layer: int) -> dict[str, torch.Tensor]:
+    """The attention parameters of ``layer`` in attnid's layout (names without the prefix)."""
+    prefix = attention_prefix(layer)
+    return {n.removeprefix(prefix): p for n, p in params.items() if n.startswith(prefix)}
+
+
+def init_model(spec: TextModelSpec, generator: torch.Generator, dtype: torch.dtype = torch.float32,
+               device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """A random point, drawn in float64 on the CPU then cast and moved (device-independent draws).
+
+    Attention layers: ``attnid.layer.init_params`` (biases included, so b_K starts non-zero).
+    Embedding N(0, 1); MLP and unembedding Gaussian with variance 1 / fan-in, MLP biases zero.
+    """
+    d, w = spec.d_model, spec.mlp_width
+
+    def draw(*shape: int, scale: float) -> torch.Tensor:
+        return torch.randn(shape, generator=generator, dtype=torch.float64) * scale
+
+    params: dict[str, torch.Tensor] = {"embed": draw(VOCAB, d, scale=1.0)}
+    if spec.learned_positions:
+        params["pos"] = draw(spec.seq_len, d, scale=1.0)
+    for layer in range(spec.layers):
+        for name, p in attention_init(spec.attention, generator).items():
+            params[attention_prefix(layer) + name] = p
+        params[f"layer{layer}.mlp.W_in"] = draw(d, w, scale=d**-0.5)
+        params[f"layer{layer}.mlp.b_in"] = torch.zeros(w, dtype=torch.float64)
+        params[f"layer{layer}.mlp.W_out"] = draw(w, d, scale=w**-0.5)
+        params[f"layer{layer}.mlp.b_out"] = torch.zeros(d, dtype=torch.float64)
+    params["unembed"] = draw(d, VOCAB, scale=d**-0.5)
+    return {n: p.to(device=device, dtype=dtype) for n, p in params.items()}
+
+
+def _norm(h: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(h, h.shape[-1:])
+
+
+def attention_block(params: Params, h: torch.Tensor, spec: TextModelSpec, layer: int) -> torch.Tensor:
+    """The attention sub-layer's contribution to the residual stream: attnid.layer.forward(norm(h))."""
+    return attention_forward(layer_attention(params, layer), _norm(h), spec.attention)
+
+
+def logits(params: Params, tokens: torch.Tensor, spec: TextModelSpec) -> torch.Tensor:
+    """Next-byte logits (batch, n, 256) for byte ids (batch, n), n <= seq_len."""
+    n = tokens.shape[-1]
+    if n > spec.seq_len:
+        raise ValueError(f"sequence length {n} exceeds the model's seq_len {spec.seq_len}")
+    h = params["embed"][tokens]
+    if spec.learned_positions:
+        h = h + params["pos"][:n]
+    for layer in range(spec.layers):
+        h = h + attention_block(params, h, spec, layer)
+        mlp = f"layer{layer}.mlp."
+        hidden = F.gelu(_norm(h) @ params[mlp + "W_in"] + params[mlp + "b_in"])
+        h = h + hidden @ params[mlp + "W_out"] + params[mlp + "b_out"]
+    return _norm(h) @ params["unembed"]
+
+
+def loss(params: Params, inputs: torch.Tensor, targets: torch.Tensor, spec: TextModelSpec) -> torch.Tensor:
+    """Mean next-byte cross-entropy in nats."""
+    out = logits(params, inputs, spec)
+    return F.cross_entropy(out.reshape(-1, VOCAB).float(), targets.reshape(-1))
+
+
+def dead_key_bias(attn: Params, spec: AttentionSpec) -> torch.Tensor:
+    """The coordinates of b_K that plain softmax cannot see: the unrotated ones, b_K[:, r:] (empty without b_K)."""
+    if "b_K" not in attn or not spec.shift_invariant:
+        return torch.zeros(0)
+    return attn["b_K"][:, spec.rope_dims:].reshape(-1)
+
+
+def orbit_dimension(attn: Params, spec: AttentionSpec) -> int:
+    """u: the dimension of the orbit's tangent space at ``attn`` (float64 SVD rank)."""
+    return int(sym.orbit_tangent({n: p.detach().double().cpu() for n, p in attn.items()}, spec).shape[1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TextHistory:
+    """What ``train_text`` records. Per-layer rows carry the layer index."""
+
+    eval_steps: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)  # mean training loss since the previous evaluation
+    val_loss: list[float] = field(default_factory=list)
+    shares: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)  # (step, layer, shares)
+    drift: list[tuple[int, ...]] = field(default_factory=list)
+    # (step, layer, ||dC_QK||, ||dC_VO||, ||(dGram_Q, dGram_K)||, ||(dGram_V, dGram_O)||, then the same four
+    # with d X = X(t) - s X(0), s = (1 - lr wd)^(2t) the factor AdamW's decay alone gives), over the squared norm at step 0
+    key_bias: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    # (step, layer, ||b(t) - b(0)|| / ||b(0)||, ||b(t) - decay^t b(0)|| / ||b(0)||, rms per-step move / lr)
+
+
+def gram_drift(start: tuple[torch.Tensor, ...], now: tuple[torch.Tensor, ...], spec: AttentionSpec, size: float,
+               scale: float = 1.0) -> tuple[float, float]:
+    """The conserved quantities' scale of comparison: sqrt(||dGram_Q||^2 + ||dGram_K||^2) and the same for V, O, over ``size``.
+
+    C_QK = Gram_Q - Gram_K (projected on the RoPE commutant) and C_VO = Gram_V - Gram_O. If the
+    two Grams of a pair changed independently of each other, ||dC|| would be about this number;
+    if C is conserved, ||dC|| = 0 however far the Grams move. ``start``, ``now``: the four Grams;
+    the change is measured from ``scale`` times the start (dX = X(t) - scale X(0)).
+    """
+    dq, dk, dv, do = (b - scale * a for a, b in zip(start, now, strict=True))
+    dq, dk = sym.project_commutant(dq, spec), sym.project_commutant(dk, spec)
+    return (float(torch.sqrt(dq.norm() ** 2 + dk.norm() ** 2) / size), float(torch.sqrt(dv.norm() ** 2 + do.norm() ** 2) / size))
+
+
+@torch.no_grad()
+def evaluate(params: Params, batches: tuple[torch.Tensor, torch.Tensor], spec: TextModelSpec, chunk: int = 32) -> float:
+    """Mean next-byte loss over a fixed evaluation set, in chunks of ``chunk`` windows."""
+    inputs, targets = batches
+    total = 0.0
+    for start in range(0, inputs.shape[0], chunk):
+        x, y = inputs[start : start + chunk], targets[start : start + chunk]
+        total += float(loss(params, x, y, spec)) * x.shape[0]
+    return total / inputs.shape[0]
+
+
+def train_text(
+    spec: TextModelSpec, train_data: torch.Tensor, val_batches: tuple[torch.Tensor, torch.Tensor], *,
+    seed: int, steps: int, batch: int, optimiser: str = "adamw", lr: float = 3e-3, weight_decay: float = 0.0,
+    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", rebalance: str = "none",
+    balance_every: int = 50, measure_every: int = 0, shares_every: int = 0, eval_every: int = 50, progress: bool = False,
+) -> TextHistory:
+    """Train from ``init_model(seed)`` on random windows drawn with the same seed; see the module docstring.
+
+    rebalance 'balance': every ``balance_every`` steps, each attention layer moves to the
+    balanced point of its orbit (``attnid.symmetry.balance``, computed in float64): the same
+    function; the optimiser state stays as it is. measure_every: every so many steps (0: never)
+    record, per attention layer, the drift of the conserved quantities since step 0 next to the
+    drift of the Gram matrices they are differences of (``gram_drift``), both also measured from
+    the start shrunk by AdamW's decay, and the dead key bias;
+    shares_every: every so many steps (0: never) the invisible shares of that step's update.
+    Validation loss every ``eval_every`` steps and after the last step.
+    """
+    seed = check_seed(seed)
+    if rebalance not in REBALANCING:
+        raise ValueError(f"rebalance must be one of {', '.join(REBALANCING)}; got {rebalance!r}")
+    if min(steps, batch, balance_every, eval_every) < 1 or min(measure_every, shares_every) < 0:
+        raise ValueError(f"steps, batch, balance_every, eval_every must be >= 1, measure_every and shares_every >= 0; "
+                         f"got {steps}, {batch}, {balance_every}, {eval_every}, {measure_every}, {shares_every}")
+    gen = torch.Generator().manual_seed(seed)
+    params = {n: p.requires_grad_() for n, p in init_model(spec, gen, dtype, device).items()}
+    opt = make_optimiser(optimiser, list(params.values()), lr, weight_decay)
+    decay = 1.0 - lr * weight_decay if optimiser == "adamw" else 1.0
+    attn = [layer_attention(params, layer) for layer in range(spec.layers)]
+    as64 = [lambda a=a: {n: p.detach().to("cpu", torch.float64, copy=True) for n, p in a.items()} for a in attn]
+    start_c = [sym.conserved_quantities(f(), spec.attention) for f in as64]
+    start_g = [sym._grams(f(), spec.attention) for f in as64]
+    size = [squared_norm(f()) for f in as64]
+    bias0 = [dead_key_bias(f(), spec.attention) for f in as64]
+    val_device = tuple(t.to(device) for t in val_batches)
+    history = TextHistory()
+    data_gen = torch.Generator().manual_seed(1_000_003 + seed)
+    running: list[float] = []
+    for step in tqdm(range(steps), desc=f"seed {seed} {rebalance}", disable=not progress, leave=False):
+        x, y = (t.to(device) for t in random_batch(train_data, batch, spec.seq_len, data_gen))
+        opt.zero_grad(set_to_none=True)
+        value = loss(params, x, y, spec)
+        value.backward()
+        running.append(float(value.detach()))
+        measure = bool(measure_every) and step % measure_every == 0
+        shares = bool(shares_every) and step % shares_every == 0
+        before = [f() for f in as64] if measure or shares else None
+        opt.step()
+        with torch.no_grad():
+            for layer, f in enumerate(as64 if measure or shares else []):
+                now = f()
+                if shares:
+                    update = {n: now[n] - before[layer][n] for n in now}
+                    history.shares.append((step, layer, invisible_shares(update, before[layer], spec.attention)))
+                if measure:
+                    c_now, g_now = sym.conserved_quantities(now, spec.attention), sym._grams(now, spec.attention)
+                    shrink = decay ** (2 * (step + 1))  # AdamW's decay alone multiplies every Gram, so C, by this
+                    history.drift.append((
+                        step, layer, *conservation_drift(start_c[layer], c_now, size[layer]),
+                        *gram_drift(start_g[layer], g_now, spec.attention, size[layer]),
+                        *conservation_drift(tuple(shrink * c for c in start_c[layer]), c_now, size[layer]),
+                        *gram_drift(start_g[layer], g_now, spec.attention, size[layer], scale=shrink)))
+                    b0, bt = bias0[layer], dead_key_bias(now, spec.attention)
+                    if b0.numel():
+                        moved = float((bt - b0).norm() / b0.norm())
+                        beyond = float((bt - decay ** (step + 1) * b0).norm() / b0.norm())
+                        rms_step = float((bt - decay * dead_key_bias(before[layer], spec.attention)).pow(2).mean().sqrt() / lr)
+                        history.key_bias.append((step, layer, moved, beyond, rms_step))
+            if rebalance == "balance" and (step + 1) % balance_every == 0:
+                for a, f in zip(attn, as64, strict=True):
+                    for name, value64 in sym.balance(f(), spec.attention).items():
+                        a[name].copy_(value64.to(a[name]))
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            history.eval_steps.append(step + 1)
+            history.train_loss.append(sum(running) / len(running))
+            history.val_loss.append(evaluate(params, val_device, spec))
+            running = []
+    return history
+
+
+# ------------------------------------------------------------------------------------------------
+# Paired statistics
+# ------------------------------------------------------------------------------------------------
+
+
+def bootstrap_median(values: list[float] | np.ndarray, *, level: float = 0.95, resamples: int = 10_000,
+                     seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval at ``level`` for the median of ``values`` (resampled with a seeded generator)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"need a list of at least 2 values, got shape {arr.shape}")
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"need 0 < level < 1 and resamples >= 1; got {level}, {resamples}")
+    rng = np.random.default_rng(seed)
+    boot = np.median(arr[rng.integers(0, arr.size, size=(resamples, arr.size))], axis=1)
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class PairedSummary:
+    """Median of b - a over pairs, its percentile bootstrap interval, and wins (b < a - tie) / ties / losses."""
+
+    n: int
+    median: float
+    low: float
+    high: float
+    wins: int
+    ties: int
+    losses: int
+    level: float
+
+
+def paired_summary(a: list[float] | np.ndarray, b: list[float] | np.ndarray, *, tie: float = 0.0,
+                   level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> PairedSummary:
+    """Paired comparison of b against a (lower is better, as for a loss).
+
+    d_i = b_i - a_i. Median of d; a percentile bootstrap interval at ``level`` (resampling the
+    pairs ``resamples`` times with a seeded generator); wins d_i < -tie, ties |d_i| <= tie,
+    losses d_i > tie.
+    """
+    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_arr.shape != b_arr.shape or a_arr.ndim != 1 or a_arr.size < 2:
+        raise ValueError(f"need two equal-length lists of at least 2 paired values, got shapes {a_arr.shape} and {b_arr.shape}")
+    if not 0 < level < 1 or tie < 0 or resamples < 1:
+        raise ValueError(f"need 0 < level < 1, tie >= 0, resamples >= 1; got {level}, {tie}, {resamples}")
+    d = b_arr - a_arr
+    low, high = bootstrap_median(d, level=level, resamples=resamples, seed=seed)
+    return PairedSummary(int(d.size), float(np.median(d)), float(low), float(high),
+                         int((d < -tie).sum()), int((np.abs(d) <= tie).sum()), int((d > tie).sum()), level)
