@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import os
 import sys
 import tempfile
@@ -41,6 +42,7 @@ VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime")
 VOLATILE_NOTEBOOK_KEYS = ("papermill",)
 DATA = ROOT / "data"
 DATA_BACKUP = ROOT / ".data-backup"  # data/ as it was before the running notebook started (gitignored)
+LOCK = ROOT / ".reproduce.lock"  # one run at a time: two would share DATA_BACKUP and each other's temporaries (gitignored)
 EXPERIMENTS = "experiments"  # the heavy runs: executed before the chapters, never by nbval
 
 
@@ -177,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no selected notebook declares {', '.join(unknown)}; declared: {', '.join(sorted(declared))}")
 
+    lock = open(LOCK, "w")  # held until this process exits
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        parser.exit(2, f"{parser.prog}: error: another reproduce.py is running in {ROOT} (lock {LOCK.name}); wait for it\n")
     left = remove_temporaries(DATA, *{(ROOT / p).parent for p in notebooks if p.parent != Path(".")})
     left += remove_temporaries(ROOT, recursive=False)
     if left:

@@ -204,6 +204,7 @@ class History:
     drift: list[tuple[float, float]] = field(default_factory=list)
     key_bias: list[float] = field(default_factory=list)
     final: dict[str, torch.Tensor] = field(default_factory=dict)
+    diverged: int | None = None  # the step whose loss was not finite (the run stopped there), None if none was
 
 
 def train(
@@ -218,7 +219,8 @@ def train(
     steps, move the layer to the balanced point of its orbit: same function, optimiser state
     kept as is, or transported with ``transport_state``). measure_every: record the invisible
     shares every so many steps (0: never). Loss, conservation drift and the key bias's norm are
-    recorded at every step.
+    recorded at every step. A run whose loss or parameters stop being finite stops there and
+    records the step in ``history.diverged``.
 
     gradient: 'loss' (the loss's gradient) or 'random' (every gradient replaced by an isotropic
     standard normal vector, drawn from a generator seeded with ``seed``: the optimiser's chance
@@ -253,6 +255,9 @@ def train(
             for p in params.values():
                 p.grad = torch.randn(p.shape, generator=noise, dtype=torch.float64).to(p)
         history.loss.append(float(loss.detach()))
+        if not torch.isfinite(loss.detach()) or not all(torch.isfinite(p).all() for p in params.values()):
+            history.diverged = step
+            break
         before = {n: p.detach().clone() for n, p in attn.items()}
         opt.step()
         with torch.no_grad():
