@@ -1,6 +1,7 @@
 # One entry point for the book and its library. Needs only python3, make and git.
 #
-#   make reproduce   execute every chapter (papermill), strip volatile metadata, build the book
+#   make reproduce   execute every experiment, then every chapter (papermill), strip volatile metadata, build the book
+#   make experiments execute only the experiment notebooks (experiments/*.ipynb), which write data/
 #   make test        pytest over tests/, nbval over every notebook, warning-free book build
 #   make help        this list
 
@@ -20,7 +21,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce test test-lib test-notebooks book bench bench-engine check-kernels clean lock
+.PHONY: help install reproduce experiments test test-lib test-notebooks book bench bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -34,9 +35,12 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	@touch $@
 
-reproduce: $(STAMP)  ## execute every chapter with papermill (DEVICE=cpu|cuda|auto, ARGS=...), then build the book
+reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with papermill (DEVICE=cpu|cuda|auto, ARGS=...), then build the book
 	$(PY) scripts/reproduce.py --device $(DEVICE) $(ARGS)
 	$(MAKE) --no-print-directory book
+
+experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/)
+	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
 test: test-lib test-notebooks  ## pytest, nbval over every notebook, then a warning-free book build
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
@@ -44,7 +48,7 @@ test: test-lib test-notebooks  ## pytest, nbval over every notebook, then a warn
 test-lib: $(STAMP)  ## pytest over tests/
 	$(PY) -m pytest tests
 
-test-notebooks: $(STAMP)  ## nbval: re-execute every notebook and compare with the stored outputs
+test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) and compare with the stored outputs
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
 

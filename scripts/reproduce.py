@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Execute the book's notebooks with papermill, safely and reproducibly.
 
-For each notebook listed in _toc.yml (in book order):
+First every experiment notebook (experiments/*.ipynb, sorted by name: the heavy runs, which
+write data/ and are not re-executed by nbval), then every notebook listed in _toc.yml (in book
+order: the chapters, which read that data). For each notebook:
   1. drop any cell papermill injected on an earlier run (stale parameters must not linger);
   2. execute it with papermill into a temporary file next to it, passing only the
      parameters that differ from the notebook's own defaults (its `parameters` cell);
@@ -12,13 +14,15 @@ For each notebook listed in _toc.yml (in book order):
   5. treat data/ the same way: what a failing (or interrupted) notebook wrote there is rolled
      back, and temporary files left by a killed run are removed when the next run starts.
 
-Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [-p NAME=VALUE ...] [--list]
+Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [--experiments | --chapters]
+                    [-p NAME=VALUE ...] [--list] [--list-experiments]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import os
 import sys
 import tempfile
@@ -38,6 +42,8 @@ VOLATILE_CELL_KEYS = ("papermill", "execution", "ExecuteTime")
 VOLATILE_NOTEBOOK_KEYS = ("papermill",)
 DATA = ROOT / "data"
 DATA_BACKUP = ROOT / ".data-backup"  # data/ as it was before the running notebook started (gitignored)
+LOCK = ROOT / ".reproduce.lock"  # one run at a time: two would share DATA_BACKUP and each other's temporaries (gitignored)
+EXPERIMENTS = "experiments"  # the heavy runs: executed before the chapters, never by nbval
 
 
 def toc_notebooks(toc_path: Path = ROOT / "_toc.yml") -> list[Path]:
@@ -63,6 +69,12 @@ def toc_notebooks(toc_path: Path = ROOT / "_toc.yml") -> list[Path]:
         if (ROOT / path).is_file():
             notebooks.append(path)
     return notebooks
+
+
+def experiment_notebooks(root: Path = ROOT) -> list[Path]:
+    """experiments/*.ipynb sorted by name, relative to the repository root (temporaries excluded)."""
+    folder = root / EXPERIMENTS
+    return sorted(p.relative_to(root) for p in folder.glob("*.ipynb") if not p.name.startswith(".")) if folder.is_dir() else []
 
 
 def parse_value(text: str) -> Any:
@@ -136,18 +148,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="passed to every notebook as DEVICE")
     parser.add_argument("--only", nargs="+", type=Path, help="run only these notebooks (paths from the repository root)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="override a parameter")
-    parser.add_argument("--list", action="store_true", help="print the book's notebooks and exit")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--experiments", action="store_true", help="run only the experiment notebooks (experiments/*.ipynb)")
+    which.add_argument("--chapters", action="store_true", help="run only the book's notebooks (_toc.yml)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the book's notebooks (what nbval re-executes) and exit")
+    parser.add_argument("--list-experiments", action="store_true", help="print the experiment notebooks and exit")
     args = parser.parse_args(argv)
 
-    notebooks = toc_notebooks()
-    if args.list:
-        print(" ".join(str(p) for p in notebooks))
+    chapters, experiments = toc_notebooks(), experiment_notebooks()
+    if args.list or args.list_experiments:
+        print(" ".join(str(p) for p in (chapters if args.list else experiments)))
         return 0
+    notebooks = experiments if args.experiments else chapters if args.chapters else experiments + chapters
     if args.only:
-        missing = [p for p in args.only if p not in notebooks]
+        known = experiments + chapters
+        missing = [p for p in args.only if p not in known]
         if missing:
-            parser.error(f"not in _toc.yml: {', '.join(map(str, missing))}; book notebooks: {', '.join(map(str, notebooks))}")
-        notebooks = args.only
+            parser.error(f"not an experiment notebook nor in _toc.yml: {', '.join(map(str, missing))}; "
+                         f"known: {', '.join(map(str, known))}")
+        notebooks = [p for p in known if p in args.only]  # experiments first, then book order
     parameters: dict[str, Any] = {"DEVICE": args.device}
     for item in args.param:
         name, sep, value = item.partition("=")
@@ -159,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no selected notebook declares {', '.join(unknown)}; declared: {', '.join(sorted(declared))}")
 
+    lock = open(LOCK, "w")  # held until this process exits
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        parser.exit(2, f"{parser.prog}: error: another reproduce.py is running in {ROOT} (lock {LOCK.name}); wait for it\n")
     left = remove_temporaries(DATA, *{(ROOT / p).parent for p in notebooks if p.parent != Path(".")})
     left += remove_temporaries(ROOT, recursive=False)
     if left:

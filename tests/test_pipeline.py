@@ -16,6 +16,7 @@ spec.loader.exec_module(reproduce)
 
 NOTEBOOKS = reproduce.toc_notebooks()
 CHAPTERS = [p for p in NOTEBOOKS if p.parts[0] == "chapters"]
+EXPERIMENTS = reproduce.experiment_notebooks()
 
 
 def test_toc_lists_the_chapters_in_order() -> None:
@@ -74,7 +75,7 @@ def test_bad_command_lines_exit_2() -> None:
         assert "error:" in result.stderr
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=str)
+@pytest.mark.parametrize("path", NOTEBOOKS + EXPERIMENTS, ids=str)
 def test_committed_notebook_is_clean_and_executed(path: Path) -> None:
     nb = nbformat.read(ROOT / path, as_version=4)
     assert "papermill" not in nb.metadata
@@ -92,7 +93,7 @@ def test_committed_notebook_is_clean_and_executed(path: Path) -> None:
     assert counts == list(range(1, len(code) + 1)), "cells were not executed once, top to bottom"
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=str)
+@pytest.mark.parametrize("path", CHAPTERS + EXPERIMENTS, ids=str)
 def test_chapter_has_a_parameters_cell_with_device(path: Path) -> None:
     nb = nbformat.read(ROOT / path, as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -116,8 +117,48 @@ def test_nbval_fails_when_a_stored_result_is_changed(tmp_path: Path) -> None:
     assert "data files" in result.stdout and "failed" in result.stdout
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=str)
+@pytest.mark.parametrize("path", NOTEBOOKS + EXPERIMENTS, ids=str)
 def test_stored_outputs_hold_no_machine_paths(path: Path) -> None:
     # An absolute path in an output differs on every checkout, so nbval would fail elsewhere.
     text = (ROOT / path).read_text()
     assert str(ROOT) not in text and "PosixPath(" not in text, f"{path} stores a machine-specific path"
+
+
+def test_experiments_are_found_run_first_and_not_listed_for_nbval(tmp_path: Path) -> None:
+    # A miniature book: an experiment writes data, the chapter reads it; `reproduce.py` must run the
+    # experiment first, `--list` (what nbval re-executes) must name only the chapter.
+    import os
+    import shutil
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "reproduce.py", tmp_path / "scripts" / "reproduce.py")
+    (tmp_path / "_config.yml").write_text("title: t\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: chapters/c\n")
+    for folder, name, body in (("experiments", "b_second", 'book.write_csv("e/b.csv", ["v"], [(N + 1,)])'),
+                               ("experiments", "a_first", 'book.write_csv("e/a.csv", ["v"], [(N,)])'),
+                               ("chapters", "c", 'print(book.read_csv("e/a.csv"), book.read_csv("e/b.csv"))')):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        params = nbformat.v4.new_code_cell('DEVICE = "cpu"\nN = 1')
+        params.metadata["tags"] = ["parameters"]
+        code = f'import attnbook\nbook = attnbook.setup("{folder}/{name}.ipynb", globals())\n{body}'
+        nb = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path / folder / f"{name}.ipynb")
+    env = dict(os.environ, ATTNBOOK_ROOT=str(tmp_path))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "scripts/reproduce.py", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+
+    assert run("--list").stdout.split() == ["chapters/c.ipynb"]
+    assert run("--list-experiments").stdout.split() == ["experiments/a_first.ipynb", "experiments/b_second.ipynb"]
+    result = run("--experiments", "-p", "N=5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[1/2] experiments/a_first.ipynb" in result.stdout and "chapters/c" not in result.stdout
+    assert (tmp_path / "data" / "e" / "b.csv").read_text() == "v\n6\n"
+    result = run()
+    assert result.returncode == 0, result.stderr[-2000:]
+    order = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("[") and line.endswith("...")]
+    assert order == ["experiments/a_first.ipynb", "experiments/b_second.ipynb", "chapters/c.ipynb"]
+    assert "'v': '2'" in nbformat.read(tmp_path / "chapters" / "c.ipynb", as_version=4).cells[1].outputs[0]["text"]
+    assert run("--only", "experiments/missing.ipynb").returncode == 2

@@ -197,3 +197,21 @@ def test_every_committed_chapter_data_file_is_current() -> None:
     for data_file in (ROOT / "data").rglob("*"):
         if data_file.is_file() and not data_file.name.endswith(SIDECAR_SUFFIX):
             assert data_file.with_name(data_file.name + SIDECAR_SUFFIX).is_file(), f"{data_file} has no sidecar"
+
+
+def test_every_experiment_notebook_has_current_data() -> None:
+    # experiments/*.ipynb are executed by `make experiments`, not by nbval: this is their guard. Each must
+    # have written at least one committed data file, and each of those must be current with the
+    # notebook's source, its parameter defaults and the library modules it loaded.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
+    assert spec and spec.loader
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    records = read_all_provenance(ROOT)
+    for notebook in reproduce.experiment_notebooks(ROOT):
+        written = [r for r in records if r["notebook"] == notebook.as_posix()]
+        assert written, f"{notebook} wrote no data file: run `make experiments` and commit data/"
+        for r in written:
+            assert stale_reasons(r, ROOT) == [], f"{r['file']} is stale: {stale_reasons(r, ROOT)}; run `make experiments`"

@@ -126,3 +126,39 @@ def test_bad_arguments_are_named() -> None:
         T.teacher_student(AttentionSpec.create(8, 2), AttentionSpec.create(16, 2))
     with pytest.raises(ValueError, match="causal"):
         T.copy_task(AttentionSpec.create(8, 2))
+
+
+@pytest.mark.parametrize("spec", LAYOUTS, ids=lambda s: s.describe())
+def test_gradients_transport_by_the_inverse_transpose_action(spec: AttentionSpec, gen: torch.Generator) -> None:
+    # L(theta) = |f_theta(x) - y|^2; at g.theta the gradient is the transported gradient at theta.
+    params = moved_point(spec, gen)
+    element = sym.random_group_element(spec, gen, scale=0.5)
+    x = torch.randn(2, 5, spec.d_model, generator=gen, dtype=torch.float64)
+    y = torch.randn(2, 5, spec.d_model, generator=gen, dtype=torch.float64)
+
+    def grad(point: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        point = {n: p.clone().requires_grad_() for n, p in point.items()}
+        (forward(point, x, spec) - y).pow(2).sum().backward()
+        return {n: p.grad for n, p in point.items()}
+
+    moved = grad(sym.apply_group(params, spec, element))
+    carried = T.transport_covector(grad(params), spec, element)
+    for name in params:
+        assert torch.allclose(moved[name], carried[name], rtol=1e-10, atol=1e-12), name
+
+
+def test_balancing_with_transported_momentum_and_random_gradients() -> None:
+    teacher, student = AttentionSpec.create(8, 2), AttentionSpec.create(8, 4)
+    problem = T.teacher_student(teacher, student, seed=1, imbalance=3.0)
+    for opt in ("momentum", "adam"):
+        kept = T.train(problem, optimiser=opt, lr=0.01, steps=12, seed=1, rebalance="balance", balance_every=5)
+        moved = T.train(problem, optimiser=opt, lr=0.01, steps=12, seed=1, rebalance="balance", balance_every=5,
+                        transport_state=True)
+        assert kept.loss[:6] == moved.loss[:6] and kept.loss[-1] != moved.loss[-1]
+    # random gradients: seeded, and they do not descend the loss the way gradients do
+    a = T.train(problem, optimiser="sgd", lr=0.01, steps=5, seed=2, gradient="random", measure_every=1)
+    b = T.train(problem, optimiser="sgd", lr=0.01, steps=5, seed=2, gradient="random", measure_every=1)
+    assert a.loss == b.loss and a.shares == b.shares
+    assert min(s["total"] for _, s in a.shares) > 0.05  # an isotropic step has a share near sqrt(u/P), not 0
+    with pytest.raises(ValueError, match="gradient must be one of"):
+        T.train(problem, optimiser="sgd", lr=0.01, steps=1, seed=0, gradient="noise")

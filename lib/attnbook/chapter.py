@@ -47,6 +47,10 @@ class Chapter:
         return write_csv(name, header, rows, notebook=self.notebook, parameters=self.parameters,
                          device=self.device_name, root=self.root)
 
+    def provenance(self, name: str) -> dict[str, Any]:
+        """The provenance record of data/<name> (its writer, parameters, versions), after checking the pair."""
+        return check_pair(data_dir(self.root) / name)
+
     def read_csv(self, name: str) -> list[dict[str, str]]:
         """The rows of data/<name> as dicts of strings, after checking the file against its sidecar."""
         path = data_dir(self.root) / name

@@ -24,6 +24,8 @@ Modules, one line each:
 ``toy``        chapter 1's warm-up models (a product of scalars, a factored linear map)
 ``training``   training problems, invisible shares of updates, projection and balancing
 ``textmodel``  a byte-level transformer on the pinned sympy source: the real-text experiment
+``stats``      paired comparisons over seeds (median difference, bootstrap interval) and chance shares
+``curvature``  Hessian of a training loss w.r.t. the attention layer, and its sharpness
 ``census``     published layouts (architectures.yaml) and their counts
 ``hf``         cross-checks against ``transformers`` attention modules
 ``runtime``    seeded random generators

@@ -31,6 +31,7 @@ from .spec import AttentionSpec, Params
 
 OPTIMISERS = ("sgd", "momentum", "adam", "adamw")
 REBALANCING = ("none", "project", "balance")
+GRADIENTS = ("loss", "random")
 MOMENTUM = 0.9
 ATTENTION_PREFIX = "attn."
 
@@ -203,20 +204,34 @@ class History:
     drift: list[tuple[float, float]] = field(default_factory=list)
     key_bias: list[float] = field(default_factory=list)
     final: dict[str, torch.Tensor] = field(default_factory=dict)
+    diverged: int | None = None  # the step whose loss was not finite (the run stopped there), None if none was
 
 
 def train(
     problem: Problem, *, optimiser: str, lr: float, steps: int, seed: int, weight_decay: float = 0.0,
     rebalance: str = "none", balance_every: int = 25, measure_every: int = 0, progress: bool = False,
+    gradient: str = "loss", transport_state: bool = False,
 ) -> History:
     """Run ``steps`` full-batch steps from ``problem.init(seed)``; see the module docstring.
 
     rebalance: 'none'; 'project' (after each step, remove from the attention layer's update its
     component along the orbit tangent at the pre-step point); 'balance' (every ``balance_every``
     steps, move the layer to the balanced point of its orbit: same function, optimiser state
-    kept as is). measure_every: record the invisible shares every so many steps (0: never).
-    Loss, conservation drift and the key bias's norm are recorded at every step.
+    kept as is, or transported with ``transport_state``). measure_every: record the invisible
+    shares every so many steps (0: never). Loss, conservation drift and the key bias's norm are
+    recorded at every step. A run whose loss or parameters stop being finite stops there and
+    records the step in ``history.diverged``.
+
+    gradient: 'loss' (the loss's gradient) or 'random' (every gradient replaced by an isotropic
+    standard normal vector, drawn from a generator seeded with ``seed``: the optimiser's chance
+    baseline; the loss is still recorded). transport_state: when balancing by the group element
+    g, move the optimiser's first-moment state (SGD's momentum buffer, Adam's exp_avg) like a
+    gradient, by the inverse-transpose action of g (``transport_covector``); Adam's second
+    moment (exp_avg_sq) holds squared coordinates, which no linear map of the coordinates
+    transforms consistently, so it is kept as is.
     """
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if rebalance not in REBALANCING:
         raise ValueError(f"rebalance must be one of {', '.join(REBALANCING)}; got {rebalance!r}")
     if steps < 1 or balance_every < 1 or measure_every < 0:
@@ -228,11 +243,21 @@ def train(
     start_c = sym.conserved_quantities({n: p.detach() for n, p in attn.items()}, spec)
     size = squared_norm(attn)
     history = History()
+    noise = torch.Generator().manual_seed(30_000 + seed)
     for step in tqdm(range(steps), desc=f"{optimiser} {rebalance}", disable=not progress, leave=False):
         opt.zero_grad(set_to_none=True)
-        loss = problem.loss(params)
-        loss.backward()
+        if gradient == "loss":
+            loss = problem.loss(params)
+            loss.backward()
+        else:
+            with torch.no_grad():
+                loss = problem.loss(params)
+            for p in params.values():
+                p.grad = torch.randn(p.shape, generator=noise, dtype=torch.float64).to(p)
         history.loss.append(float(loss.detach()))
+        if not torch.isfinite(loss.detach()) or not all(torch.isfinite(p).all() for p in params.values()):
+            history.diverged = step
+            break
         before = {n: p.detach().clone() for n, p in attn.items()}
         opt.step()
         with torch.no_grad():
@@ -243,8 +268,12 @@ def train(
                 along, _ = sym.split_direction(flatten(update), sym.orbit_tangent(before, spec))
                 _subtract_flat(attn, along)
             elif rebalance == "balance" and (step + 1) % balance_every == 0:
-                for name, value in sym.balance({n: p.detach() for n, p in attn.items()}, spec).items():
+                point = {n: p.detach() for n, p in attn.items()}
+                element = sym.balancing_element(point, spec)
+                for name, value in sym.apply_group(point, spec, element).items():
                     attn[name].copy_(value)
+                if transport_state:
+                    _transport_state(opt, attn, spec, element)
             now = {n: p.detach() for n, p in attn.items()}
             history.drift.append(conservation_drift(start_c, sym.conserved_quantities(now, spec), size))
             history.key_bias.append(float(now["b_K"].norm()) if "b_K" in now else float("nan"))
@@ -257,3 +286,32 @@ def _subtract_flat(params: dict[str, torch.Tensor], flat: torch.Tensor) -> None:
     for p in params.values():
         p.sub_(flat[start : start + p.numel()].reshape(p.shape))
         start += p.numel()
+
+
+FIRST_MOMENTS = ("momentum_buffer", "exp_avg")  # SGD's and Adam's: sums of gradients, covectors
+
+
+def transport_covector(covector: Params, spec: AttentionSpec, element: sym.GroupElement) -> dict[str, torch.Tensor]:
+    """A gradient-like quantity moved with the parameters: if g maps theta to A theta, it maps a gradient to A^-T grad.
+
+    For (M, N): W_Q -> W_Q M^-T, W_K -> W_K M, W_V -> W_V N^-T, W_O -> N^T W_O (biases like their
+    weights), which is ``apply_group`` with (M^-T, N^-T). Then <grad', theta'> = <grad, theta> and the
+    chain rule holds: the gradient of L(g^-1 .) at g theta is the transported gradient at theta.
+    """
+    inv_t = sym.GroupElement(torch.linalg.inv(element.query_key).transpose(-1, -2),
+                             torch.linalg.inv(element.value_output).transpose(-1, -2))
+    return sym.apply_group(covector, spec, inv_t)
+
+
+def _transport_state(opt: torch.optim.Optimizer, attn: dict[str, torch.Tensor], spec: AttentionSpec,
+                     element: sym.GroupElement) -> None:
+    """Move the first-moment state of the attention layer's parameters with the group element (in place)."""
+    for key in FIRST_MOMENTS:
+        state = {n: opt.state[p][key] for n, p in attn.items() if key in opt.state.get(p, {})}
+        if not state:
+            continue
+        if len(state) != len(attn):
+            raise RuntimeError(f"optimiser state {key!r} covers only {sorted(state)} of the attention layer")
+        for name, value in transport_covector(state, spec, element).items():
+            state[name].copy_(value)
+
