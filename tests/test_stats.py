@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnid import stats
 from attnid.stats import chance_share, paired_summary
 
 
@@ -54,3 +55,12 @@ def test_chance_share_matches_monte_carlo(u: int, p: int) -> None:
     assert mean < np.sqrt(u / p)  # Jensen: E[share] < sqrt(E[share^2])
     with pytest.raises(ValueError, match="0 < u < p"):
         chance_share(p, p)
+
+
+def test_median_interval_brackets_the_median_and_is_reproducible() -> None:
+    low, high = stats.median_interval(np.arange(101.0))
+    assert low < 50 < high and high - low < 30
+    assert stats.median_interval(np.arange(101.0)) == (low, high)  # seeded
+    assert stats.median_interval([3.0, 3.0, 3.0]) == (3.0, 3.0)
+    with pytest.raises(ValueError, match="at least 2 values"):
+        stats.median_interval([1.0])

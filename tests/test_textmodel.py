@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pytest
 import torch
 
@@ -156,19 +155,3 @@ def test_train_text_refuses_bad_options() -> None:
         tm.train_text(SMALL, data, val, seed=0, steps=1, batch=1, rebalance="project")
     with pytest.raises(ValueError, match="steps"):
         tm.train_text(SMALL, data, val, seed=0, steps=0, batch=1)
-
-
-def test_paired_summary() -> None:
-    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    b = a - np.array([0.5, 0.5, 0.0, -0.2, 0.4])
-    s = tm.paired_summary(a, b, tie=0.1)
-    assert (s.n, s.wins, s.ties, s.losses) == (5, 3, 1, 1)
-    assert s.median == pytest.approx(-0.4) and s.low <= s.median <= s.high
-    assert tm.paired_summary(a, b, tie=0.1) == s  # seeded bootstrap
-    same = tm.paired_summary(a, a)
-    assert (same.median, same.low, same.high, same.ties) == (0.0, 0.0, 0.0, 5)
-    with pytest.raises(ValueError, match="equal-length"):
-        tm.paired_summary([1.0], [1.0])
-    low, high = tm.bootstrap_median(np.arange(101.0))
-    assert low < 50 < high and high - low < 30
-    assert tm.bootstrap_median([3.0, 3.0, 3.0]) == (3.0, 3.0)

@@ -1,6 +1,7 @@
 """Statistics for the training experiments: paired comparisons over seeds, and chance levels of shares.
 
-``paired_summary`` compares two measurements taken on the same seeds (a variant against its
+``median_interval`` is the seeded percentile bootstrap interval of a median, the one bootstrap
+every experiment uses. ``paired_summary`` compares two measurements taken on the same seeds (a variant against its
 baseline): the median of the per-seed differences, a percentile bootstrap interval for that
 median, and how many seeds the variant won, tied or lost. ``chance_share`` is the share of a
 random update that lies in a fixed subspace: for an isotropic vector in R^P and a subspace of
@@ -60,14 +61,26 @@ def paired_summary(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_0
     if tie < 0:
         raise ValueError(f"tie must be >= 0, got {tie!r}")
     diff = x - y
-    rng = np.random.default_rng(seed)
-    medians = np.median(diff[rng.integers(0, diff.size, size=(n_boot, diff.size))], axis=1)
-    low, high = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    low, high = median_interval(diff, level=level, n_boot=n_boot, seed=seed)
     tol = tie * np.abs(y) if relative_tie else np.full_like(diff, tie)
     ties = np.abs(diff) <= tol
     return PairedSummary(n=int(diff.size), median_difference=float(np.median(diff)), low=float(low), high=float(high),
                          level=level, wins=int(((diff < 0) & ~ties).sum()), ties=int(ties.sum()),
                          losses=int(((diff > 0) & ~ties).sum()), tie=float(tie))
+
+
+def median_interval(values: Sequence[float], *, level: float = 0.95, n_boot: int = 10_000,
+                    seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval at ``level`` for the median of ``values`` (resampled ``n_boot`` times, seeded)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"need a 1-d list of at least 2 values, got shape {arr.shape}")
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError(f"need 0 < level < 1 and n_boot >= 1; got {level!r}, {n_boot!r}")
+    rng = np.random.default_rng(seed)
+    medians = np.median(arr[rng.integers(0, arr.size, size=(n_boot, arr.size))], axis=1)
+    low, high = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
 
 
 def chance_share(u: int, p: int) -> tuple[float, float]:

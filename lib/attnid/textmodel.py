@@ -17,8 +17,7 @@ The model, with every attention layer ``attnid.layer.forward`` in attnid's param
 training split and measures, per attention layer, the invisible shares of its updates
 (``attnid.training.invisible_shares``), the drift of the conserved quantities, and the dead key
 bias; it can move every attention layer to the balanced point of its orbit every few steps.
-``paired_summary`` is the paired statistic the experiment reports (median difference with a
-percentile bootstrap interval, wins/ties/losses).
+The paired statistics the experiment reports come from ``attnid.stats``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -355,55 +353,3 @@ def train_text(
             history.val_loss.append(evaluate(params, val_device, spec))
             running = []
     return history
-
-
-# ------------------------------------------------------------------------------------------------
-# Paired statistics
-# ------------------------------------------------------------------------------------------------
-
-
-def bootstrap_median(values: list[float] | np.ndarray, *, level: float = 0.95, resamples: int = 10_000,
-                     seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval at ``level`` for the median of ``values`` (resampled with a seeded generator)."""
-    arr = np.asarray(values, dtype=float)
-    if arr.ndim != 1 or arr.size < 2:
-        raise ValueError(f"need a list of at least 2 values, got shape {arr.shape}")
-    if not 0 < level < 1 or resamples < 1:
-        raise ValueError(f"need 0 < level < 1 and resamples >= 1; got {level}, {resamples}")
-    rng = np.random.default_rng(seed)
-    boot = np.median(arr[rng.integers(0, arr.size, size=(resamples, arr.size))], axis=1)
-    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return float(low), float(high)
-
-
-@dataclass(frozen=True)
-class PairedSummary:
-    """Median of b - a over pairs, its percentile bootstrap interval, and wins (b < a - tie) / ties / losses."""
-
-    n: int
-    median: float
-    low: float
-    high: float
-    wins: int
-    ties: int
-    losses: int
-    level: float
-
-
-def paired_summary(a: list[float] | np.ndarray, b: list[float] | np.ndarray, *, tie: float = 0.0,
-                   level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> PairedSummary:
-    """Paired comparison of b against a (lower is better, as for a loss).
-
-    d_i = b_i - a_i. Median of d; a percentile bootstrap interval at ``level`` (resampling the
-    pairs ``resamples`` times with a seeded generator); wins d_i < -tie, ties |d_i| <= tie,
-    losses d_i > tie.
-    """
-    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a_arr.shape != b_arr.shape or a_arr.ndim != 1 or a_arr.size < 2:
-        raise ValueError(f"need two equal-length lists of at least 2 paired values, got shapes {a_arr.shape} and {b_arr.shape}")
-    if not 0 < level < 1 or tie < 0 or resamples < 1:
-        raise ValueError(f"need 0 < level < 1, tie >= 0, resamples >= 1; got {level}, {tie}, {resamples}")
-    d = b_arr - a_arr
-    low, high = bootstrap_median(d, level=level, resamples=resamples, seed=seed)
-    return PairedSummary(int(d.size), float(np.median(d)), float(low), float(high),
-                         int((d < -tie).sum()), int((np.abs(d) <= tie).sum()), int((d > tie).sum()), level)
