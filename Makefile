@@ -3,6 +3,7 @@
 #   make reproduce   execute every experiment, then every chapter (papermill), strip volatile metadata, build the book
 #   make experiments execute only the experiment notebooks (experiments/*.ipynb), which write data/
 #   make test        pytest over tests/, nbval over every notebook, warning-free book build
+#   make gpu-check   on a CUDA machine: every correctness check a GPU can run, then a reduced benchmark
 #   make help        this list
 
 SHELL       := /bin/bash
@@ -21,7 +22,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce experiments test test-lib test-notebooks book bench bench-engine check-kernels clean lock
+.PHONY: help install reproduce experiments test test-lib test-notebooks book bench gpu-check bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -58,6 +59,9 @@ book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs 
 
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
 	$(PY) scripts/bench_attention.py $(ARGS)
+
+gpu-check: $(STAMP)  ## CUDA only: kernels vs float64 in bf16/fp16/fp32 (fwd, bwd, JVP), then a reduced bench -> data/bench/ (exit 2 without CUDA)
+	$(PY) scripts/gpu_check.py $(ARGS)
 
 check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed) and check its shared memory
 	env -u TRITON_INTERPRET $(PY) scripts/check_kernels.py $(ARGS)

@@ -8,8 +8,9 @@ and on, bfloat16. For each shape, after checking the kernel against a float32 Py
             attnid triton (RoPE on all of D, fused, GQA by index)  vs the unfused pipeline:
             RoPE in PyTorch, then SDPA (default dispatch) with enable_gqa=True
   backward  the same implementations, timing loss.backward() given the forward's graph
-  jvp       attnid's fused tangent pass vs torch.func.jvp through SDPA's math backend,
-            with the peak memory each one allocates
+  jvp       attnid's fused tangent pass vs torch.func.jvp through SDPA's math backend
+
+Every timed call also records the peak memory it allocates beyond its inputs (CUDA only).
 
 TFLOP/s uses the forward count F = 4 B H N^2 D (halved when causal) times: forward 1, backward 2.5
 (FlashAttention's convention: five matrix products against two), JVP 3 (six products against two).
@@ -51,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter, written to a temp folder")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="the data folder to write bench/ into (default: data/, or a temporary folder with --smoke)")
     return p.parse_args(argv)
 
 
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for g, n, d, causal in tqdm(shapes, desc="shapes", file=sys.stdout):
         rows += bench_shape(args.batch, args.heads, g, n, d, causal, dtype, device)
     name = device_slug(device)
-    data_dir = Path(tempfile.mkdtemp(prefix="attnid-bench-")) / "data" if args.smoke else Path("data")
+    data_dir = args.data_dir or (Path(tempfile.mkdtemp(prefix="attnid-bench-")) / "data" if args.smoke else ROOT / "data")
     (data_dir / "bench").mkdir(parents=True, exist_ok=True)
     path = write_csv(f"bench/attention_{name}.csv", HEADER, rows, notebook=SCRIPT,
                      parameters={"tokens": args.tokens, "head_dims": args.head_dims, "kv_heads": args.kv_heads,
@@ -156,7 +159,7 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     rows: list[list] = []
 
-    def record(pass_: str, impl: str, rope: bool, fn: Callable[[], object] | None, note: str = "", mem: bool = False) -> None:
+    def record(pass_: str, impl: str, rope: bool, fn: Callable[[], object] | None, note: str = "") -> None:
         ms: float | str = ""
         tflops: float | str = ""
         peak: float | str = ""
@@ -164,7 +167,7 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
             try:
                 ms = time_ms(fn)
                 tflops = round(flops * FLOP_FACTOR[pass_] / (ms * 1e-3) / 1e12, 2)
-                peak = peak_mib(fn, device) if mem else ""
+                peak = peak_mib(fn, device)
                 ms = round(ms, 4)
             except (RuntimeError, ValueError) as err:  # a backend that rejects this shape
                 note = "unsupported: " + str(err).splitlines()[0][:80].replace(",", ";")
@@ -188,11 +191,11 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
         record("backward", impl, rope, backward_of(fn, q, k, v) if fn else None, note)
 
     record("jvp", "attnid-triton", False,
-           lambda: attention_jvp(q, k, v, tq, tk, tv, causal=causal, backend="triton"), mem=True)
+           lambda: attention_jvp(q, k, v, tq, tk, tv, causal=causal, backend="triton"))
     math_jvp = functools.partial(sdpa, backend=SDPBackend.MATH, causal=causal)
     record("jvp", "torch.func.jvp-sdpa-math", False,
            (lambda: torch.func.jvp(math_jvp, (q, k, v), (tq, tk, tv))) if fits else None,
-           "" if fits else "skipped: score matrices do not fit", mem=True)
+           "" if fits else "skipped: score matrices do not fit")
     return rows
 
 
@@ -261,9 +264,11 @@ def check_against_reference(q, k, v, causal: bool, device) -> None:
 
 
 def print_summary(rows: list[list]) -> None:
-    print(f"{'pass':9} {'implementation':28} {'G':>3} {'N':>6} {'D':>4} {'causal':>6} {'rope':>5} {'ms':>10} {'TFLOP/s':>8}  note")
+    print(f"{'pass':9} {'implementation':28} {'G':>3} {'N':>6} {'D':>4} {'causal':>6} {'rope':>5} {'ms':>10} {'TFLOP/s':>8} "
+          f"{'peak MiB':>9}  note")
     for r in rows:
-        print(f"{r[0]:9} {r[1]:28} {r[4]:>3} {r[5]:>6} {r[6]:>4} {r[7]!s:>6} {r[8]!s:>5} {r[9]!s:>10} {r[10]!s:>8}  {r[12]}")
+        print(f"{r[0]:9} {r[1]:28} {r[4]:>3} {r[5]:>6} {r[6]:>4} {r[7]!s:>6} {r[8]!s:>5} {r[9]!s:>10} {r[10]!s:>8} "
+              f"{r[11]!s:>9}  {r[12]}")
 
 
 if __name__ == "__main__":

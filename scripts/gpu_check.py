@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Everything a CUDA GPU can show about the attention kernels, in one command: `make gpu-check`.
+
+1. Correctness. Every combination of dtype (bf16, fp16, fp32), head width D (64, 128, 256),
+   GQA ratio H/G (1, 4, 8), causal (off, on), RoPE (off, on half of D, on all of D) and sink
+   (off, on): 324 cases, each at one sequence length N drawn in turn from CORRECTNESS_TOKENS
+   (N = 1, and lengths that are no multiple of any tile). Per case, for the forward output, the
+   gradients of q, k, v (and the sink) and the forward-mode tangent, the kernel's largest
+   absolute error against a float64 reference must satisfy
+
+       err(attnid) <= 2 * max(err(PyTorch, same dtype), floor),
+       floor = (u + m * u32) * max|reference|.
+
+   The first term is FlashAttention's test rule: twice the error PyTorch's own attention makes
+   in the same dtype, against the same reference. The floor is the error no implementation can
+   be asked to beat: rounding the exact result to the dtype (unit roundoff u) plus the standard
+   worst-case bound for adding m terms in float32 (m * u32, u32 = 2^-24; Higham 2002, ch. 4),
+   m = N * H/G being the most terms any of the kernels adds into one float32 accumulator (a
+   key's dK and dV gather the N queries of each of its group's H/G heads). PyTorch beats the
+   floor by luck or cancellation only, and then a 2x ratio of rounding noise decides nothing:
+   the smoke run met both (at N = 1 the tangent is exactly tv, which the math backend gets
+   exactly while the fused recurrence keeps the rounding of p ds v + p tv; and a float32 dV
+   summed over four heads was off by 6.7 u max|ref| against PyTorch's 2.7). In bf16 and fp16
+   the floor is about one rounding of the result, so the 2x rule is what binds; in float32 the
+   floor dominates and the check holds the kernels to the float32 summation bound.
+   PyTorch's attention here: RoPE in float32, cast to the
+   dtype, then `F.scaled_dot_product_attention` (default dispatch) with the key/value heads
+   repeated and the sink as one more key of zero value whose score is the sink logit. For the
+   tangent SDPA has no rule of its own (its flash and memory-efficient backends have no
+   forward-mode derivative), so the baseline is `torch.func.jvp` through the same pipeline on
+   SDPA's math backend, in the same dtype.
+2. Benchmark: scripts/bench_attention.py (the one benchmark) on a reduced sweep, N in
+   {1k, 4k, 16k}, D in {64, 128}, G in {32, 8} (H = 32, B = 4), causal off and on, bf16:
+   forward, backward and JVP against every SDPA backend, RoPE-then-SDPA and torch.func.jvp
+   through SDPA's math backend, each with its peak memory.
+
+Writes data/bench/correctness_<device>.csv and data/bench/attention_<device>.csv, each with a
+provenance sidecar (device, driver, CUDA runtime, torch/triton versions), and prints a summary.
+Compilation dominates the correctness part, so its cases run in --workers processes.
+
+Exit status: 0 every check passed, 1 a check failed (both files are still written), 2 it cannot
+run here (no CUDA: one line on stderr, nothing written). `--smoke` runs the same code on the
+CPU in Triton's interpreter (float32, tiny shapes) and writes under a temporary folder, never
+data/: it exercises the script in the test suite and measures nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import math
+import os
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import astuple, dataclass, fields
+from multiprocessing import get_context
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "scripts/gpu_check.py"
+DTYPES = ("bf16", "fp16", "fp32")
+WIDTHS = (64, 128, 256)
+GQA_RATIOS = (1, 4, 8)
+ROPE_FRACTIONS = (0.0, 0.5, 1.0)
+CORRECTNESS_TOKENS = (1, 77, 333, 1031)  # 1, and lengths no multiple of any tile (16 to 128)
+HEADS, BATCH = 8, 2
+BENCH_ARGS = ["--tokens", "1024", "4096", "16384", "--head-dims", "64", "128", "--kv-heads", "32", "8"]
+# --smoke: float32 in the interpreter, narrow heads, a few lengths, a covering subset of the cases
+SMOKE = dict(dtypes=("fp32",), widths=(16,), ratios=(1, 2, 4), tokens=(1, 5, 17), heads=4)
+SMOKE_CASES = 4
+# unit roundoff of each dtype: the error of rounding an exact result to it, relative to its size
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
+RULE_FACTOR = 2.0
+HEADER = ["dtype", "head_dim", "heads", "kv_heads", "tokens", "causal", "rope_fraction", "sink", "quantity",
+          "err_attnid", "err_pytorch", "floor", "bound", "ok"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One correctness case: the dtype, the shape and the options of one attention call."""
+
+    dtype: str
+    head_dim: int
+    heads: int
+    kv_heads: int
+    tokens: int
+    causal: bool
+    rope_fraction: float
+    sink: bool
+
+
+def correctness_cases(smoke: bool) -> list[Case]:
+    """Every combination of dtype, width, GQA ratio, causal, RoPE and sink; lengths assigned in turn."""
+    dtypes, widths, ratios, tokens, heads = ((SMOKE["dtypes"], SMOKE["widths"], SMOKE["ratios"], SMOKE["tokens"],
+                                              SMOKE["heads"]) if smoke else (DTYPES, WIDTHS, GQA_RATIOS,
+                                                                              CORRECTNESS_TOKENS, HEADS))
+    grid = itertools.product(dtypes, widths, ratios, (False, True), ROPE_FRACTIONS, (False, True))
+    cases = [Case(dt, d, heads, heads // r, tokens[i % len(tokens)], causal, rope, sink)
+             for i, (dt, d, r, causal, rope, sink) in enumerate(grid)]
+    if smoke:  # a spread-out subset: every length, both causal settings, all RoPE settings, sink on and off
+        step = len(cases) // SMOKE_CASES
+        cases = [cases[i * step + i % 3] for i in range(SMOKE_CASES)]
+    return cases
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter, written to a temp folder")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for the correctness cases (default: up to 8 on CUDA, 1 with --smoke)")
+    p.add_argument("--skip-bench", action="store_true", help="only the correctness checks")
+    args = p.parse_args(argv)
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        p.error(f"--workers must lie in 1..64, got {args.workers}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        print("make gpu-check: unset TRITON_INTERPRET (it would simulate the kernels instead of running them on the GPU)",
+              file=sys.stderr)
+        return 2
+    import torch
+
+    if not args.smoke and not torch.cuda.is_available():
+        print("make gpu-check needs a CUDA GPU and torch sees none here; nothing was run or written "
+              "(make test checks the kernels on the CPU in Triton's interpreter).", file=sys.stderr)
+        return 2
+    bench = load_bench()
+    device = torch.device("cpu" if args.smoke else "cuda")
+    workers = args.workers or (1 if args.smoke else min(8, os.cpu_count() or 1))
+    data_dir = Path(tempfile.mkdtemp(prefix="attnid-gpu-check-")) / "data" if args.smoke else ROOT / "data"
+    (data_dir / "bench").mkdir(parents=True, exist_ok=True)
+
+    start = time.perf_counter()
+    cases = correctness_cases(args.smoke)
+    rows = run_cases(cases, workers, args.smoke)
+    failures = [r for r in rows if not r[-1]]
+    from attnbook.provenance import write_csv
+
+    name = bench.device_slug(device)
+    path = write_csv(f"bench/correctness_{name}.csv", HEADER, rows, notebook=SCRIPT,
+                     parameters={"cases": len(cases), "smoke": args.smoke, "rule_factor": RULE_FACTOR,
+                                 "tokens": list(SMOKE["tokens"] if args.smoke else CORRECTNESS_TOKENS)},
+                     device=bench.describe(device), root=ROOT, data_dir=data_dir.resolve())
+    print_correctness(rows)
+    print(f"correctness: {len(cases)} cases, {len(rows)} comparisons, {len(failures)} failed "
+          f"({time.perf_counter() - start:.0f} s, {workers} worker(s)); wrote {path}", flush=True)
+
+    status = 0
+    if not args.skip_bench:
+        start = time.perf_counter()
+        status = bench.main([*(["--smoke"] if args.smoke else BENCH_ARGS), "--data-dir", str(data_dir)])
+        print(f"benchmark: {time.perf_counter() - start:.0f} s", flush=True)
+    return 1 if failures else status
+
+
+def load_bench():
+    """scripts/bench_attention.py as a module (the benchmark lives there, once)."""
+    spec = importlib.util.spec_from_file_location("bench_attention", ROOT / "scripts" / "bench_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_cases(cases: list[Case], workers: int, smoke: bool) -> list[list]:
+    """The rows of every case, in case order; in `workers` processes when more than one."""
+    from tqdm import tqdm
+
+    progress = tqdm(total=len(cases), desc="correctness", file=sys.stdout)
+    rows: list[list] = []
+    if workers == 1:
+        for case in cases:
+            rows += check_case(case, smoke)
+            progress.update()
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            for found in pool.map(check_case, cases, itertools.repeat(smoke)):
+                rows += found
+                progress.update()
+    progress.close()
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# One case: attnid, PyTorch in the same dtype, and the float64 reference
+# ------------------------------------------------------------------------------------------------
+
+
+def check_case(case: Case, smoke: bool) -> list[list]:
+    """One row per compared quantity: output, dq, dk, dv, (dsink), tangent."""
+    import torch
+
+    from attnid.kernels import attention
+
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[case.dtype]
+    gen = torch.Generator().manual_seed(zlib.crc32(repr(astuple(case)).encode()))
+    b, h, g, n, d = BATCH if not smoke else 1, case.heads, case.kv_heads, case.tokens, case.head_dim
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(device)
+
+    exact = {"q": draw(b, h, n, d), "k": draw(b, g, n, d), "v": draw(b, g, n, d)}
+    tangent = {"q": draw(b, h, n, d), "k": draw(b, g, n, d), "v": draw(b, g, n, d)}
+    if case.sink:
+        exact["sink"], tangent["sink"] = draw(h), draw(h)
+    cotangent = draw(b, h, n, d)
+    # Every implementation sees the same inputs: the draws rounded to the dtype (the reference in float64).
+    low = {k: x.to(dtype) for k, x in exact.items()}
+    exact = {k: x.to(dtype).double() for k, x in exact.items()}
+    low_t = {k: x.to(dtype) for k, x in tangent.items()}
+    tangent = {k: x.to(dtype).double() for k, x in tangent.items()}
+    names = list(exact)
+    options = dict(causal=case.causal, rope_fraction=case.rope_fraction)
+
+    def ours(*xs: torch.Tensor) -> torch.Tensor:
+        x = dict(zip(names, xs, strict=True))
+        return attention(x["q"], x["k"], x["v"], sink=x.get("sink"), backend="triton", **options)
+
+    def reference(*xs: torch.Tensor) -> torch.Tensor:
+        x = dict(zip(names, xs, strict=True))
+        return attention(x["q"], x["k"], x["v"], sink=x.get("sink"), backend="reference", **options)
+
+    def pytorch(*xs: torch.Tensor) -> torch.Tensor:
+        x = dict(zip(names, xs, strict=True))
+        return pytorch_attention(x["q"], x["k"], x["v"], x.get("sink"), **options)
+
+    def pytorch_math(*xs: torch.Tensor) -> torch.Tensor:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return pytorch(*xs)
+
+    results = {impl: value_and_grads(fn, [x[k] for k in names], cot)
+               for impl, fn, x, cot in (("attnid", ours, low, cotangent.to(dtype)),
+                                        ("pytorch", pytorch, low, cotangent.to(dtype)),
+                                        ("reference", reference, exact, cotangent.to(dtype).double()))}
+    jvps = {impl: torch.func.jvp(fn, tuple(x[k] for k in names), tuple(t[k] for k in names))[1]
+            for impl, fn, x, t in (("attnid", ours, low, low_t), ("pytorch", pytorch_math, low, low_t),
+                                   ("reference", reference, exact, tangent))}
+    quantities = ["out", *(f"d{k}" for k in names)]
+    rows = []
+    for i, quantity in enumerate([*quantities, "tangent"]):
+        got, base, ref = ((results[m][i] if quantity != "tangent" else jvps[m]) for m in ("attnid", "pytorch", "reference"))
+        rows.append(compare(case, quantity, got, base, ref))
+    return rows
+
+
+def compare(case: Case, quantity: str, got, base, ref) -> list:
+    """err(attnid) <= RULE_FACTOR * max(err(PyTorch), floor), all errors the largest absolute ones (module docstring)."""
+    err_ours = (got.double() - ref).abs().max().item()
+    err_base = (base.double() - ref).abs().max().item()
+    terms = case.tokens * (case.heads // case.kv_heads)
+    floor = (UNIT_ROUNDOFF[case.dtype] + terms * UNIT_ROUNDOFF["fp32"]) * ref.abs().max().item()
+    bound = RULE_FACTOR * max(err_base, floor)
+    ok = math.isfinite(err_ours) and err_ours <= bound
+    return [case.dtype, case.head_dim, case.heads, case.kv_heads, case.tokens, case.causal, case.rope_fraction,
+            case.sink, quantity, f"{err_ours:.3e}", f"{err_base:.3e}", f"{floor:.3e}", f"{bound:.3e}", ok]
+
+
+def value_and_grads(fn: Callable, inputs: list, cotangent) -> list:
+    """[fn(*inputs), then the gradient of <fn(*inputs), cotangent> for each input]."""
+    import torch
+
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, cotangent)
+    return [out.detach(), *grads]
+
+
+def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope_base: float = 10000.0):
+    """PyTorch's attention in the dtype of q: RoPE (float32, then cast), repeated key/value heads, SDPA.
+
+    The sink enters as one more key whose score is the sink logit (a zero key plus that logit as an
+    additive mask) and whose value is zero: exactly exp(sink) more in each row's denominator.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from attnid.rope import apply_rope
+
+    dtype, (b, h, n, d), g = q.dtype, q.shape, k.shape[1]
+    rope_dims = round(rope_fraction * d)
+    q = apply_rope(q.float(), rope_dims, rope_base).to(dtype)
+    k = apply_rope(k.float(), rope_dims, rope_base).to(dtype)
+    k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
+    if sink is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    k = torch.cat([k, k.new_zeros(b, h, 1, d)], dim=2)
+    v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=2)
+    hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    scores_mask = q.new_zeros(n, n) if hidden is None else q.new_zeros(n, n).masked_fill(hidden, float("-inf"))
+    mask = torch.cat([scores_mask.expand(1, h, n, n), sink.to(dtype)[None, :, None, None].expand(1, h, n, 1)], dim=-1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def print_correctness(rows: list[list]) -> None:
+    """Per dtype and quantity: comparisons, failures, and the largest err(attnid) / bound."""
+    print(f"{'dtype':6} {'quantity':9} {'checks':>6} {'failed':>6} {'worst err/bound':>16}")
+    keys = sorted({(r[0], r[8]) for r in rows}, key=lambda k: (DTYPES.index(k[0]), k[1]))
+    for dtype, quantity in keys:
+        group = [r for r in rows if (r[0], r[8]) == (dtype, quantity)]
+        worst = max((float(r[9]) / float(r[12]) if float(r[12]) > 0 else (0.0 if float(r[9]) == 0 else math.inf))
+                    for r in group)
+        print(f"{dtype:6} {quantity:9} {len(group):6} {sum(not r[-1] for r in group):6} {worst:16.3f}")
+    for r in rows:
+        if not r[-1]:
+            print("FAILED:", dict(zip(HEADER, r, strict=True)))
+
+
+assert [f.name for f in fields(Case)] == HEADER[:8]
+
+if __name__ == "__main__":
+    sys.exit(main())
