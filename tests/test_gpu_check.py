@@ -59,19 +59,23 @@ def test_bad_worker_count_is_refused() -> None:
     assert result.returncode == 2 and "--workers must lie in 1..64, got 0" in result.stderr
 
 
-def test_the_gpu_cases_cover_every_combination() -> None:
+def test_the_gpu_cases_cover_every_setting() -> None:
     gpu = load_script()
+    full = gpu.correctness_cases(smoke=False, full=True)
+    combos = {(c.dtype, c.head_dim, c.heads // c.kv_heads, c.causal, c.rope_fraction, c.sink) for c in full}
+    assert len(full) == len(combos) == 3 * 3 * 3 * 2 * 3 * 2
     cases = gpu.correctness_cases(smoke=False)
-    combos = {(c.dtype, c.head_dim, c.heads // c.kv_heads, c.causal, c.rope_fraction, c.sink) for c in cases}
-    assert len(cases) == len(combos) == 3 * 3 * 3 * 2 * 3 * 2
-    assert {c.dtype for c in cases} == {"bf16", "fp16", "fp32"} and {c.head_dim for c in cases} == {64, 128, 256}
-    assert {c.heads // c.kv_heads for c in cases} == {1, 4, 8}
-    assert {c.rope_fraction for c in cases} == {0.0, 0.5, 1.0}
-    assert 1 in {c.tokens for c in cases}
+    assert len(cases) == len(set(cases)) == 54
+    for dtype in ("bf16", "fp16", "fp32"):
+        for width in (64, 128, 256):
+            cell = [c for c in cases if (c.dtype, c.head_dim) == (dtype, width)]
+            assert {(c.rope_fraction, c.sink) for c in cell} == {(r, s) for r in (0.0, 0.5, 1.0) for s in (False, True)}
+            assert {c.causal for c in cell} == {False, True} and {c.heads // c.kv_heads for c in cell} == {1, 4, 8}
+            assert {c.tokens for c in cell} == set(gpu.CORRECTNESS_TOKENS)
+    assert len({(c.heads // c.kv_heads, c.causal, c.rope_fraction) for c in cases}) == 3 * 2 * 3
+    assert 1 in gpu.CORRECTNESS_TOKENS
     # every other length is a multiple of no tile size the kernels use (16 to 128)
-    assert all(c.tokens == 1 or all(c.tokens % t for t in (16, 32, 64, 128)) for c in cases)
-    for dtype in ("bf16", "fp16", "fp32"):  # each dtype sees every length
-        assert {c.tokens for c in cases if c.dtype == dtype} == set(gpu.CORRECTNESS_TOKENS)
+    assert all(n == 1 or all(n % t for t in (16, 32, 64, 128)) for n in gpu.CORRECTNESS_TOKENS)
 
 
 def test_the_rule_rejects_a_wrong_result() -> None:
