@@ -85,6 +85,7 @@ SMOKE_CASES = 4
 # unit roundoff of each dtype: the error of rounding an exact result to it, relative to its size
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 RULE_FACTOR = 2.0
+TARGET_SECONDS = 480  # the budget for the whole command on an H100/H200 (not yet measured)
 HEADER = ["dtype", "head_dim", "heads", "kv_heads", "tokens", "causal", "rope_fraction", "sink", "quantity",
           "err_attnid", "err_pytorch", "floor", "bound", "ok"]
 
@@ -156,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="attnid-gpu-check-")) / "data" if args.smoke else ROOT / "data"
     (data_dir / "bench").mkdir(parents=True, exist_ok=True)
 
-    start = time.perf_counter()
+    began = start = time.perf_counter()
     cases = correctness_cases(args.smoke, args.full)
     rows = run_cases(cases, workers, args.smoke)
     failures = [r for r in rows if not r[-1]]
     from attnbook.provenance import write_csv
+    from attnid.kernels import api, flash, reference  # noqa: F401 - loaded here so that the sidecar records their hashes
 
     name = bench.device_slug(device)
     path = write_csv(f"bench/correctness_{name}.csv", HEADER, rows, notebook=SCRIPT,
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         status = bench.main([*(["--smoke"] if args.smoke else BENCH_ARGS), "--data-dir", str(data_dir)])
         print(f"benchmark: {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"make gpu-check: {time.perf_counter() - began:.0f} s in all (designed for at most {TARGET_SECONDS} s on an "
+          f"H100/H200); {len(failures)} failed comparison(s)")
     return 1 if failures else status
 
 

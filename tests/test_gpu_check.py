@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -100,7 +101,8 @@ def test_smoke_run_checks_every_quantity_and_benchmarks_outside_data() -> None:
     attention = next(p for p in written if p.name.startswith("attention_"))
     assert correctness.parent == attention.parent and "attnid-gpu-check-" in str(correctness)
     for path in (correctness, attention):
-        assert path.with_name(path.name + ".provenance.json").is_file()
+        record = json.loads(path.with_name(path.name + ".provenance.json").read_text())
+        assert "attnid/kernels/flash.py" in record["depends_on"] and "triton" in record["versions"]
     rows = list(csv.DictReader(correctness.open()))
     assert {r["quantity"] for r in rows} == {"out", "dq", "dk", "dv", "dsink", "tangent"}
     assert all(r["ok"] == "True" and float(r["err_attnid"]) <= float(r["bound"]) for r in rows)
