@@ -161,14 +161,23 @@ def test_bad_spec_fields_name_the_field(fields: dict, error: type, message: str)
 def test_bad_hf_configs() -> None:
     good = {"hidden_size": 8, "num_attention_heads": 2, "kv_lora_rank": 4, "qk_nope_head_dim": 2,
             "qk_rope_head_dim": 2, "v_head_dim": 2}
+    assert mla.MLASpec.from_hf_config({**good, "q_lora_rank": None})[0].q_lora_rank is None
     with pytest.raises(ValueError, match="missing kv_lora_rank"):
         mla.MLASpec.from_hf_config({k: v for k, v in good.items() if k != "kv_lora_rank"})
     with pytest.raises(ValueError, match="num_key_value_heads must equal num_attention_heads"):
-        mla.MLASpec.from_hf_config({**good, "num_key_value_heads": 1})
+        mla.MLASpec.from_hf_config({**good, "q_lora_rank": None, "num_key_value_heads": 1})
     with pytest.raises(ValueError, match="attention_bias"):
-        mla.MLASpec.from_hf_config({**good, "attention_bias": True})
+        mla.MLASpec.from_hf_config({**good, "q_lora_rank": None, "attention_bias": True})
     with pytest.raises(TypeError, match="mapping"):
         mla.MLASpec.from_hf_config([("hidden_size", 8)])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="q_lora_rank is missing"):
+        mla.MLASpec.from_hf_config(good)
+    with pytest.raises(TypeError, match="config.json: heads must be an integer.*num_attention_heads"):
+        mla.MLASpec.from_hf_config({**good, "q_lora_rank": None, "num_attention_heads": "2", "num_key_value_heads": "2"})
+    with pytest.raises(ValueError, match="config.json: kv_lora_rank must be >= 1"):
+        mla.MLASpec.from_hf_config({**good, "q_lora_rank": None, "kv_lora_rank": 0})
+    with pytest.raises(TypeError, match="rope_theta must be a number"):
+        mla.MLASpec.from_hf_config({**good, "q_lora_rank": None, "rope_theta": "1e4"})
 
 
 def test_bad_params_and_inputs() -> None:
@@ -176,6 +185,9 @@ def test_bad_params_and_inputs() -> None:
     params = mla.init_params(spec, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="input width 5 does not match d_model 8"):
         mla.forward(params, torch.zeros(3, 5, dtype=torch.float64), spec)
+    with pytest.raises(ValueError, match="W_DKV contains NaN"):
+        mla.apply_symmetry(dict(params, W_DKV=params["W_DKV"] * float("nan")), spec,
+                           mla.random_symmetry(spec, torch.Generator()))
     with pytest.raises(ValueError, match="missing \\['W_O'\\]"):
         mla.apply_symmetry({k: v for k, v in params.items() if k != "W_O"}, spec,
                            mla.random_symmetry(spec, torch.Generator()))
@@ -245,3 +257,13 @@ def test_census_mla_block_counts_a_user_layout() -> None:
     spec = mla.MLASpec(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2)
     assert row["unidentified_per_layer"] == mla.count(spec).unidentified == mla.verify(spec).numeric
     assert math.isclose(row["ratio"], mla.count(spec).ratio)
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-6])
+def test_transformers_module_jacobian_nullity_equals_the_count(eps: float) -> None:
+    """The count predicts the nullity of transformers' own DeepseekV3Attention, not only of attnid's layer."""
+    for q_lora in (4, None):
+        spec = mla.MLASpec(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2,
+                           q_lora_rank=q_lora, norm_eps=eps)
+        decision = mla.hf_nullity(spec, "v3", seed=2)
+        assert decision.clear and decision.nullity == mla.count(spec).unidentified, (eps, q_lora, decision.nullity)

@@ -171,6 +171,9 @@ class MLASpec:
         missing = [k for k in _MAPPED if k not in cfg and k != "q_lora_rank"]
         if missing:
             raise ValueError(f"not a multi-head latent attention config: missing {', '.join(missing)}")
+        if "q_lora_rank" not in cfg:  # transformers would fill in its class default (1536), so say it explicitly
+            raise ValueError("q_lora_rank is missing: give its width, or null for one full query projection "
+                             "(DeepSeek-V2-Lite)")
         heads = cfg["num_attention_heads"]
         kv = cfg.get("num_key_value_heads", heads)
         if kv != heads:
@@ -188,10 +191,15 @@ class MLASpec:
                 extra = [k for k in rope if k not in _ROPE_KEYS_READ]
                 if extra:
                     ignored[ignored_prefix + "rope_parameters"] = f"keys {', '.join(sorted(extra))} not modelled"
-        spec = cls(d_model=cfg["hidden_size"], heads=heads, kv_lora_rank=cfg["kv_lora_rank"],
-                   qk_nope_head_dim=cfg["qk_nope_head_dim"], qk_rope_head_dim=cfg["qk_rope_head_dim"],
-                   v_head_dim=cfg["v_head_dim"], q_lora_rank=cfg.get("q_lora_rank"),
-                   rope_base=float(10000.0 if base is None else base), norm_eps=norm_eps, causal=causal)
+        if base is not None and (isinstance(base, bool) or not isinstance(base, numbers.Real)):
+            raise TypeError(f"rope_theta must be a number, got {base!r}")
+        try:
+            spec = cls(d_model=cfg["hidden_size"], heads=heads, kv_lora_rank=cfg["kv_lora_rank"],
+                       qk_nope_head_dim=cfg["qk_nope_head_dim"], qk_rope_head_dim=cfg["qk_rope_head_dim"],
+                       v_head_dim=cfg["v_head_dim"], q_lora_rank=cfg["q_lora_rank"],
+                       rope_base=float(10000.0 if base is None else base), norm_eps=norm_eps, causal=causal)
+        except (TypeError, ValueError) as exc:  # name the config.json keys behind the spec's two renamed fields
+            raise type(exc)(f"config.json: {exc} (d_model is hidden_size, heads is num_attention_heads)") from None
         for key in cfg:
             if key in _MAPPED or key in ("rope_theta", "rope_parameters"):
                 continue
@@ -244,6 +252,8 @@ def check_params(params: Params, spec: MLASpec) -> None:
     for name, shape in shapes.items():
         if tuple(params[name].shape) != shape:
             raise ValueError(f"{name} has shape {tuple(params[name].shape)}, the layout needs {shape}")
+        if not torch.isfinite(params[name]).all():
+            raise ValueError(f"{name} contains NaN or inf")
 
 
 def rms_normalise(z: torch.Tensor, eps: float) -> torch.Tensor:
@@ -583,6 +593,7 @@ def verify(spec: MLASpec, *, seed: int = 0, seq_len: int = 6, n_inputs: int | No
     batches are added until two successive decisions agree and are clear (at most ``max_rounds``).
     """
     _int("seq_len", seq_len, 2)
+    _int("max_rounds", max_rounds, 1)
     if n_inputs is not None:
         _int("n_inputs", n_inputs, 1)
     gen = torch.Generator().manual_seed(seed)
@@ -742,6 +753,22 @@ def hf_module(spec: MLASpec, version: str = "v3", seed: int = 0, interleave: boo
         for name, value in layer.from_attnid(point).items():
             dict(module.named_parameters())[name].copy_(value)
     return layer
+
+
+def hf_nullity(spec: MLASpec, version: str = "v3", seed: int = 0, seq_len: int = 6, n_inputs: int | None = None,
+               interleave: bool = True) -> RankDecision:
+    """The numeric nullity of the transformers module's own Jacobian (float64 norms), by the library's rank rule.
+
+    The rows come from ``n_inputs`` Gaussian inputs (default 1.5 P / (seq_len d_model) + 3), one sequence each.
+    """
+    from .jacobian import functional_rank
+
+    layer = hf_module(spec, version, seed, interleave, norm_in_float64=True)
+    weights = layer.weights()
+    gen = torch.Generator().manual_seed(seed + 2)
+    n = n_inputs or math.ceil(1.5 * count_parameters(weights) / (seq_len * spec.d_model)) + 3
+    inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64) for _ in range(n)]
+    return functional_rank(layer.output, weights, inputs, mode="forward")
 
 
 @dataclass(frozen=True)
