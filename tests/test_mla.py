@@ -267,3 +267,18 @@ def test_transformers_module_jacobian_nullity_equals_the_count(eps: float) -> No
                            q_lora_rank=q_lora, norm_eps=eps)
         decision = mla.hf_nullity(spec, "v3", seed=2)
         assert decision.clear and decision.nullity == mla.count(spec).unidentified, (eps, q_lora, decision.nullity)
+
+
+def test_from_hf_config_reads_v2_and_kimi_k25_config_classes() -> None:
+    from transformers import DeepseekV2Config, Kimi_K25Config
+
+    cfg = DeepseekV2Config().to_dict()
+    spec, ignored = mla.MLASpec.from_hf_config(cfg)
+    assert (spec.d_model, spec.heads, spec.q_lora_rank, spec.kv_lora_rank) == (4096, 32, 1536, 512)
+    assert set(cfg) - set(mla._MAPPED) - {"rope_parameters", "rope_theta"} <= set(ignored)
+    outer = Kimi_K25Config().to_dict()  # a text_config (DeepSeek-V3 defaults) inside a multimodal config
+    spec, ignored = mla.MLASpec.from_hf_config(outer)
+    assert spec.heads == outer["text_config"]["num_attention_heads"] and spec.kv_lora_rank == 512
+    assert {k for k in outer if k != "text_config"} <= set(ignored)
+    assert all(f"text_config.{k}" in ignored for k in outer["text_config"]
+               if k not in mla._MAPPED and k not in ("rope_parameters", "rope_theta"))
