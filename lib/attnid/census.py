@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 
 from .counts import Count, count
+from .mla import HF_LATENT_NORM_EPS, MLASpec
+from .mla import count as mla_count
 from .normalise import NORMS
 from .spec import AttentionSpec, parse_bias, rope_dims_from_fraction
 
@@ -34,13 +36,13 @@ SHIPPED = Path(__file__).with_name("architectures.yaml")
 DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
 OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "uncovered",
-            "notes", "source", "transformers_check")
+            "notes", "source", "transformers_check", "mla")
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "qk_norm": ("not covered: an RMSNorm over the full-width queries and keys sees their scale, so a change of "
                 "basis inside a head is no longer free; the count below the norm is smaller, and not derived here"),
-    "mla": ("not covered: multi-head latent attention builds keys and values from a shared low-rank latent and "
-            "adds a RoPE key shared by all heads; the symmetry group is different and not derived here"),
+    "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
+            "q_lora_rank, qk_nope_head_dim, qk_rope_head_dim) and attnid.mla counts it"),
     "sliding_window": ("counted as covered, but argued rather than proved or measured: a window only removes keys "
                        "from each row; the many-heads proof needs one row that sees two or more keys, while the "
                        "RoPE, grouped-key and bias arguments are written for full or causal masks"),
@@ -68,6 +70,7 @@ class Layout:
     notes: str = ""
     source: str = ""
     transformers_check: dict[str, Any] = field(default_factory=dict)
+    mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.mla, ``spec`` is the same-width MHA
 
     @property
     def covered(self) -> bool:
@@ -245,6 +248,8 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
             raise fail("uncovered", f"lists {_show(item)} more than once")
     if "transformers_check" in entry:
         _check_transformers_check(entry["transformers_check"], lambda m: fail("transformers_check", m))
+    if "mla" in entry:
+        _mla_spec(entry, lambda m: fail("mla", m))
 
 
 def _check_transformers_check(check: Any, fail: Any) -> None:
@@ -289,7 +294,8 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> Layout:
         raise _entry_error(key, str(exc), path=path) from None
     return Layout(key, str(entry.get("name", key)), spec, entry["layers"], tuple(entry.get("uncovered", [])),
                   str(entry.get("notes", "")), str(entry.get("source", "")),
-                  dict(entry.get("transformers_check", {}) or {}))
+                  dict(entry.get("transformers_check", {}) or {}),
+                  _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -411,7 +417,8 @@ class CensusRow:
         covered = self.layout.covered and c.covered
         return {
             "model": self.layout.key, "name": self.layout.name, "layers": layers,
-            "layout": self.layout.spec.describe(), "parameters_per_layer": c.total,
+            "layout": (self.layout.spec if self.layout.mla is None else self.layout.mla).describe(),
+            "parameters_per_layer": c.total,
             "parameters_all_layers": c.total * layers,
             "unidentified_per_layer": c.unidentified if covered else None,
             "unidentified_all_layers": c.unidentified * layers if covered and c.unidentified is not None else None,
@@ -422,8 +429,9 @@ class CensusRow:
 
 
 def census(layouts: list[Layout]) -> list[CensusRow]:
-    """One row per layout."""
-    return [CensusRow(lay, count(lay.spec), count(plain_mha(lay.spec))) for lay in layouts]
+    """One row per layout (multi-head latent attention counted by ``attnid.mla``, next to MHA of the same widths)."""
+    return [CensusRow(lay, count(lay.spec) if lay.mla is None else _mla_as_count(lay), count(plain_mha(lay.spec)))
+            for lay in layouts]
 
 
 CENSUS_COLUMNS = ("model", "layers", "params / layer", "unidentified / layer", "ratio", "plain MHA",
@@ -472,3 +480,54 @@ def scaled_down(spec: AttentionSpec, heads: int = 4, head_dim: int = 4) -> Atten
     return AttentionSpec.create(h * dk, h, kv_heads=g, head_dim=dk, v_head_dim=dk, bias=spec.bias or "none",
                                 rope_dims=round(fraction * dk), causal=spec.causal, norm=spec.norm,
                                 sink_learned=spec.sink_learned)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Multi-head latent attention (DeepSeek-V2/V3, Kimi K2). An entry gives the widths of the same-width multi-head layer
+# (heads = kv_heads, head_dim = qk_nope_head_dim + qk_rope_head_dim, v_head_dim) and an ``mla`` block with the latent
+# widths; attnid.mla counts it. The plain-MHA column compares with that same-width layer.
+
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "norm_eps")
+MLA_REQUIRED = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim")
+
+
+def _mla_spec(entry: dict, fail: Any) -> MLASpec:
+    """The MLASpec of an entry with an ``mla`` block (q_lora_rank: null for one full query projection)."""
+    block = entry["mla"]
+    if not isinstance(block, dict):
+        raise fail(f"must be a mapping with keys {', '.join(MLA_REQUIRED)} (and optional norm_eps), got {_show(block)}")
+    unknown = [k for k in block if k not in MLA_KEYS]
+    if unknown:
+        raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(MLA_KEYS)}")
+    missing = [k for k in MLA_REQUIRED if k not in block]
+    if missing:
+        raise fail(f"missing key(s) {', '.join(missing)}")
+    for name in MLA_REQUIRED:
+        value = block[name]
+        if name == "q_lora_rank" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+            raise fail(f"{name} must be an integer in [0, {MAX_INT}]" + (" or null" if name == "q_lora_rank" else "")
+                       + f", got {_show(value)}")
+    if entry["kv_heads"] != entry["heads"]:
+        raise fail(f"needs kv_heads = heads (one key and value per head from the latent), got kv_heads "
+                   f"{entry['kv_heads']} and heads {entry['heads']}")
+    width = block["qk_nope_head_dim"] + block["qk_rope_head_dim"]
+    if entry["head_dim"] != width:
+        raise fail(f"head_dim {entry['head_dim']} must equal qk_nope_head_dim + qk_rope_head_dim = {width}")
+    try:
+        return MLASpec(d_model=entry["d_model"], heads=entry["heads"], kv_lora_rank=block["kv_lora_rank"],
+                       qk_nope_head_dim=block["qk_nope_head_dim"], qk_rope_head_dim=block["qk_rope_head_dim"],
+                       v_head_dim=entry.get("v_head_dim", entry["head_dim"]), q_lora_rank=block["q_lora_rank"],
+                       rope_base=float(entry.get("rope_base", 10000.0)),
+                       norm_eps=block.get("norm_eps", HF_LATENT_NORM_EPS),
+                       causal=entry.get("causal", DEFAULT_CAUSAL))
+    except (TypeError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _mla_as_count(layout: Layout) -> Count:
+    """attnid.mla's count in the census's Count shape (``spec`` is the same-width multi-head layout)."""
+    assert layout.mla is not None
+    c = mla_count(layout.mla)
+    return Count(layout.spec, c.total, c.unidentified, dict(c.breakdown), c.note)
