@@ -284,7 +284,7 @@ def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch
 # ------------------------------------------------------------------------------------------------
 
 
-def _grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per group: (sum_h W_Q^hT W_Q^h + b_Q^hT b_Q^h, W_K^T W_K + b_K^T b_K, W_V^T W_V + b_V^T b_V, sum_h W_O^h W_O^hT).
 
     The biases enter as one more row of the weight matrix (an input coordinate fixed at one),
@@ -324,7 +324,7 @@ def conserved_quantities(params: Params, spec: AttentionSpec) -> tuple[torch.Ten
     Noether's argument: the loss is invariant along the orbit, so the gradient is orthogonal to
     every tangent direction, and that orthogonality is exactly d/dt C = 0 under gradient flow.
     """
-    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return project_commutant(gram_q - gram_k, spec), gram_v - gram_o
 
 
@@ -369,7 +369,7 @@ def balancing_element(params: Params, spec: AttentionSpec) -> GroupElement:
     M = (P^-1 # Q)^(1/2) with # the matrix geometric mean, blockwise on the RoPE commutant.
     """
     check_params(params, spec)
-    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return GroupElement(_balancing_query_key(gram_q, gram_k, spec), _balancing_matrix(gram_v, gram_o))
 
 
