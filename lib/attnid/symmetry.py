@@ -284,6 +284,10 @@ def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch
 # ------------------------------------------------------------------------------------------------
 
 
+class SingularGramError(ValueError):
+    """A factor's Gram matrix is singular (its columns collapsed onto fewer directions): no balanced point exists."""
+
+
 def grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per group: (sum_h W_Q^hT W_Q^h + b_Q^hT b_Q^h, W_K^T W_K + b_K^T b_K, W_V^T W_V + b_V^T b_V, sum_h W_O^h W_O^hT).
 
@@ -336,7 +340,7 @@ def _balancing_matrix(gram_a: torch.Tensor, gram_b: torch.Tensor) -> torch.Tenso
     """
     evals, evecs = torch.linalg.eigh(gram_a)
     if not is_invertible(evals):  # eigenvalues of a Gram are its singular values; judged per group
-        raise ValueError("a Gram matrix is singular: the factor has dependent columns, so no balanced point exists")
+        raise SingularGramError("a Gram matrix is singular: the factor has dependent columns, so no balanced point exists")
     p_half = evecs @ torch.diag_embed(evals.sqrt()) @ evecs.transpose(-1, -2)
     p_inv_half = evecs @ torch.diag_embed(evals.rsqrt()) @ evecs.transpose(-1, -2)
     middle_vals, middle_vecs = torch.linalg.eigh(p_half @ gram_b @ p_half)
