@@ -144,7 +144,7 @@ def test_drift_beyond_decay_is_zero_for_pure_shrinking() -> None:
 
     assert max(conservation_drift(tuple(0.81 * c for c in start_c), now_c, 1.0)) < 1e-12
     assert min(conservation_drift(start_c, now_c, 1.0)) > 1e-3
-    g0, g1 = sym._grams(attn, SMALL.attention), sym._grams(shrunk, SMALL.attention)
+    g0, g1 = sym.grams(attn, SMALL.attention), sym.grams(shrunk, SMALL.attention)
     assert max(tm.gram_drift(g0, g1, SMALL.attention, 1.0, scale=0.81)) < 1e-12
 
 
@@ -155,3 +155,26 @@ def test_train_text_refuses_bad_options() -> None:
         tm.train_text(SMALL, data, val, seed=0, steps=1, batch=1, rebalance="project")
     with pytest.raises(ValueError, match="steps"):
         tm.train_text(SMALL, data, val, seed=0, steps=0, batch=1)
+
+
+def test_random_gradient_baseline_is_isotropic_noise_for_sgd_and_refuses_unknown_kinds() -> None:
+    # With SGD the update is -lr times the injected gradient, so gradient='random' makes it an isotropic
+    # Gaussian direction: its share on a u-dimensional subspace of P has E[share^2] = u/P, concentrated for P >> 1.
+    text = b"def f(x):\n    return x * x\n" * 40
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+    val = tm.fixed_batches(data, 4, SMALL.seq_len)
+    hist = tm.train_text(SMALL, data, val, seed=3, steps=6, batch=4, optimiser="sgd", lr=1e-3, shares_every=1,
+                         eval_every=6, dtype=torch.float64, gradient="random")
+    init = tm.init_model(SMALL, torch.Generator().manual_seed(3), torch.float64)
+    attn = tm.layer_attention(init, 0)
+    u = sym.orthonormal_span([d for _, d in sym.labelled_tangent_directions(attn, SMALL.attention)], attn).shape[1]
+    p = sum(t.numel() for t in attn.values())
+    chance = (u / p) ** 0.5
+    totals = [sh["total"] for _, _, sh in hist.shares]
+    assert len(totals) == 12 and all(0.6 * chance < t < 1.4 * chance for t in totals), (totals, chance)
+    # the loss's gradient is not isotropic: its shares are far from chance (exactly zero up to round-off for SGD)
+    real = tm.train_text(SMALL, data, val, seed=3, steps=2, batch=4, optimiser="sgd", lr=1e-3, shares_every=1,
+                         eval_every=2, dtype=torch.float64)
+    assert all(sh["total"] < 1e-8 for _, _, sh in real.shares), real.shares
+    with pytest.raises(ValueError, match="gradient"):
+        tm.train_text(SMALL, data, val, seed=0, steps=1, batch=1, gradient="noise")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -162,3 +164,18 @@ def test_balancing_with_transported_momentum_and_random_gradients() -> None:
     assert min(s["total"] for _, s in a.shares) > 0.05  # an isotropic step has a share near sqrt(u/P), not 0
     with pytest.raises(ValueError, match="gradient must be one of"):
         T.train(problem, optimiser="sgd", lr=0.01, steps=1, seed=0, gradient="noise")
+
+
+def test_a_balanced_run_whose_factors_collapsed_stops_as_diverged_instead_of_raising() -> None:
+    # Found by the learning-rate sweep of experiments/rebalancing.ipynb: momentum far past its stability edge
+    # blows the factors up until a Gram matrix is numerically singular at a balancing step.
+    spec = AttentionSpec.create(4, 2)
+    params = init_params(spec, torch.Generator().manual_seed(0), dtype=torch.float64)
+    params["W_V"][..., 1] = params["W_V"][..., 0]  # two equal columns: the value factor has dependent columns
+    with pytest.raises(sym.SingularGramError):
+        sym.balancing_element(params, spec)
+    teacher, student = AttentionSpec.create(8, 2), T.student_spec(8, [4, 4, 0.0, "none"])
+    cpu = torch.device("cpu")
+    problem = T.teacher_student(teacher, student, seed=3, dtype=torch.float64, device=cpu, backend="reference")
+    h = T.train(problem, optimiser="momentum", lr=1.28, steps=200, seed=3, rebalance="balance", balance_every=25)
+    assert h.diverged is not None and h.diverged % 25 == 24 and all(map(math.isfinite, h.loss))  # stopped by balancing

@@ -284,7 +284,11 @@ def split_direction(direction: torch.Tensor, basis: torch.Tensor) -> tuple[torch
 # ------------------------------------------------------------------------------------------------
 
 
-def _grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+class SingularGramError(ValueError):
+    """A factor's Gram matrix is singular (its columns collapsed onto fewer directions): no balanced point exists."""
+
+
+def grams(params: Params, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per group: (sum_h W_Q^hT W_Q^h + b_Q^hT b_Q^h, W_K^T W_K + b_K^T b_K, W_V^T W_V + b_V^T b_V, sum_h W_O^h W_O^hT).
 
     The biases enter as one more row of the weight matrix (an input coordinate fixed at one),
@@ -324,7 +328,7 @@ def conserved_quantities(params: Params, spec: AttentionSpec) -> tuple[torch.Ten
     Noether's argument: the loss is invariant along the orbit, so the gradient is orthogonal to
     every tangent direction, and that orthogonality is exactly d/dt C = 0 under gradient flow.
     """
-    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return project_commutant(gram_q - gram_k, spec), gram_v - gram_o
 
 
@@ -336,7 +340,7 @@ def _balancing_matrix(gram_a: torch.Tensor, gram_b: torch.Tensor) -> torch.Tenso
     """
     evals, evecs = torch.linalg.eigh(gram_a)
     if not is_invertible(evals):  # eigenvalues of a Gram are its singular values; judged per group
-        raise ValueError("a Gram matrix is singular: the factor has dependent columns, so no balanced point exists")
+        raise SingularGramError("a Gram matrix is singular: the factor has dependent columns, so no balanced point exists")
     p_half = evecs @ torch.diag_embed(evals.sqrt()) @ evecs.transpose(-1, -2)
     p_inv_half = evecs @ torch.diag_embed(evals.rsqrt()) @ evecs.transpose(-1, -2)
     middle_vals, middle_vecs = torch.linalg.eigh(p_half @ gram_b @ p_half)
@@ -369,7 +373,7 @@ def balancing_element(params: Params, spec: AttentionSpec) -> GroupElement:
     M = (P^-1 # Q)^(1/2) with # the matrix geometric mean, blockwise on the RoPE commutant.
     """
     check_params(params, spec)
-    gram_q, gram_k, gram_v, gram_o = _grams(params, spec)
+    gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return GroupElement(_balancing_query_key(gram_q, gram_k, spec), _balancing_matrix(gram_v, gram_o))
 
 

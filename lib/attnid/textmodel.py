@@ -38,7 +38,7 @@ from .layer import forward as attention_forward
 from .layer import init_params as attention_init
 from .runtime import check_seed
 from .spec import AttentionSpec, Params
-from .training import conservation_drift, invisible_shares, make_optimiser, squared_norm
+from .training import GRADIENTS, conservation_drift, invisible_shares, make_optimiser, squared_norm
 
 VOCAB = 256  # bytes
 REBALANCING = ("none", "balance")
@@ -281,6 +281,7 @@ def train_text(
     seed: int, steps: int, batch: int, optimiser: str = "adamw", lr: float = 3e-3, weight_decay: float = 0.0,
     dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", rebalance: str = "none",
     balance_every: int = 50, measure_every: int = 0, shares_every: int = 0, eval_every: int = 50, progress: bool = False,
+    gradient: str = "loss",
 ) -> TextHistory:
     """Train from ``init_model(seed)`` on random windows drawn with the same seed; see the module docstring.
 
@@ -292,8 +293,13 @@ def train_text(
     the start shrunk by AdamW's decay, and the dead key bias;
     shares_every: every so many steps (0: never) the invisible shares of that step's update.
     Validation loss every ``eval_every`` steps and after the last step.
+    gradient: 'loss' (the training loss's gradient) or 'random' (every parameter's gradient
+    replaced by an isotropic standard normal vector from a generator seeded with ``seed``: the
+    same optimiser fed noise, the chance baseline of the shares; the loss is still recorded).
     """
     seed = check_seed(seed)
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if rebalance not in REBALANCING:
         raise ValueError(f"rebalance must be one of {', '.join(REBALANCING)}; got {rebalance!r}")
     if min(steps, batch, balance_every, eval_every) < 1 or min(measure_every, shares_every) < 0:
@@ -306,18 +312,25 @@ def train_text(
     attn = [layer_attention(params, layer) for layer in range(spec.layers)]
     as64 = [lambda a=a: {n: p.detach().to("cpu", torch.float64, copy=True) for n, p in a.items()} for a in attn]
     start_c = [sym.conserved_quantities(f(), spec.attention) for f in as64]
-    start_g = [sym._grams(f(), spec.attention) for f in as64]
+    start_g = [sym.grams(f(), spec.attention) for f in as64]
     size = [squared_norm(f()) for f in as64]
     bias0 = [dead_key_bias(f(), spec.attention) for f in as64]
     val_device = tuple(t.to(device) for t in val_batches)
     history = TextHistory()
     data_gen = torch.Generator().manual_seed(1_000_003 + seed)
+    noise = torch.Generator().manual_seed(2_000_003 + seed)  # the random gradients (gradient='random')
     running: list[float] = []
     for step in tqdm(range(steps), desc=f"seed {seed} {rebalance}", disable=not progress, leave=False):
         x, y = (t.to(device) for t in random_batch(train_data, batch, spec.seq_len, data_gen))
         opt.zero_grad(set_to_none=True)
-        value = loss(params, x, y, spec)
-        value.backward()
+        if gradient == "loss":
+            value = loss(params, x, y, spec)
+            value.backward()
+        else:
+            with torch.no_grad():
+                value = loss(params, x, y, spec)
+            for p in params.values():
+                p.grad = torch.randn(p.shape, generator=noise, dtype=torch.float64).to(p)
         running.append(float(value.detach()))
         measure = bool(measure_every) and step % measure_every == 0
         shares = bool(shares_every) and step % shares_every == 0
@@ -330,7 +343,7 @@ def train_text(
                     update = {n: now[n] - before[layer][n] for n in now}
                     history.shares.append((step, layer, invisible_shares(update, before[layer], spec.attention)))
                 if measure:
-                    c_now, g_now = sym.conserved_quantities(now, spec.attention), sym._grams(now, spec.attention)
+                    c_now, g_now = sym.conserved_quantities(now, spec.attention), sym.grams(now, spec.attention)
                     shrink = decay ** (2 * (step + 1))  # AdamW's decay alone multiplies every Gram, so C, by this
                     history.drift.append((
                         step, layer, *conservation_drift(start_c[layer], c_now, size[layer]),

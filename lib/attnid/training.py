@@ -204,7 +204,7 @@ class History:
     drift: list[tuple[float, float]] = field(default_factory=list)
     key_bias: list[float] = field(default_factory=list)
     final: dict[str, torch.Tensor] = field(default_factory=dict)
-    diverged: int | None = None  # the step whose loss was not finite (the run stopped there), None if none was
+    diverged: int | None = None  # the step where the run stopped (see ``train``), None if it ran to the end
 
 
 def train(
@@ -220,7 +220,9 @@ def train(
     kept as is, or transported with ``transport_state``). measure_every: record the invisible
     shares every so many steps (0: never). Loss, conservation drift and the key bias's norm are
     recorded at every step. A run whose loss or parameters stop being finite stops there and
-    records the step in ``history.diverged``.
+    records the step in ``history.diverged``; so does a balanced run whose factors have collapsed
+    so far that no balanced point exists (a singular Gram matrix: ``sym.SingularGramError``),
+    which happens only after the parameters have grown by many orders of magnitude.
 
     gradient: 'loss' (the loss's gradient) or 'random' (every gradient replaced by an isotropic
     standard normal vector, drawn from a generator seeded with ``seed``: the optimiser's chance
@@ -269,7 +271,11 @@ def train(
                 _subtract_flat(attn, along)
             elif rebalance == "balance" and (step + 1) % balance_every == 0:
                 point = {n: p.detach() for n, p in attn.items()}
-                element = sym.balancing_element(point, spec)
+                try:
+                    element = sym.balancing_element(point, spec)
+                except sym.SingularGramError:
+                    history.diverged = step
+                    break
                 for name, value in sym.apply_group(point, spec, element).items():
                     attn[name].copy_(value)
                 if transport_state:
