@@ -64,3 +64,14 @@ def test_median_interval_brackets_the_median_and_is_reproducible() -> None:
     assert stats.median_interval([3.0, 3.0, 3.0]) == (3.0, 3.0)
     with pytest.raises(ValueError, match="at least 2 values"):
         stats.median_interval([1.0])
+
+
+def test_round_up_gives_a_printed_bound_that_holds() -> None:
+    from attnid.stats import round_up
+
+    for x, digits, printed in ((8.44e-9, 1, "9e-09"), (0.004521, 2, "0.0046"), (1.44e-11, 1, "2e-11"), (3e-5, 1, "3e-05")):
+        bound = round_up(x, digits)
+        assert bound >= x and f"{bound:.{digits - 1}e}" == f"{float(printed):.{digits - 1}e}", (x, bound)
+    assert round_up(0.0) == 0.0
+    with pytest.raises(ValueError):
+        round_up(-1.0)

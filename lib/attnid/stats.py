@@ -93,3 +93,16 @@ def chance_share(u: int, p: int) -> tuple[float, float]:
         raise ValueError(f"need integers 0 < u < p, got u={u!r}, p={p!r}")
     log_mean = math.lgamma((u + 1) / 2) + math.lgamma(p / 2) - math.lgamma(u / 2) - math.lgamma((p + 1) / 2)
     return math.exp(log_mean), u / p
+
+
+def round_up(x: float, digits: int = 1) -> float:
+    """x > 0 rounded up to ``digits`` significant digits, so that "at most" or "below" it stays true when printed.
+
+    For example round_up(8.44e-9) = 9e-9 and round_up(0.004521, 2) = 0.0046. Zero stays zero.
+    """
+    if not math.isfinite(x) or x < 0 or digits < 1:
+        raise ValueError(f"round_up needs a finite x >= 0 and digits >= 1, got {x!r}, {digits!r}")
+    if x == 0:
+        return 0.0
+    unit = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return math.ceil(x / unit) * unit
