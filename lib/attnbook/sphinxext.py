@@ -1,0 +1,48 @@
+"""The book's small Sphinx extension (listed in _config.yml under sphinx.extra_extensions).
+
+- Drops sphinx-thebe's scripts from every page: the book has no live-code (thebe) button,
+  and the extension declares ``const THEBE_JS_URL`` in an inline script that Sphinx emits
+  twice, which throws a SyntaxError on every page.
+- Serves _vendor/ (where scripts/fetch_mathjax.py installs the pinned MathJax) as static
+  files, and fails the build with a clear message when MathJax is not installed there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sphinx.errors import ExtensionError
+
+THEBE_MARKERS = ("THEBE_JS_URL", "sphinx-thebe.js", "thebe@")
+VENDOR = "_vendor"  # scripts/fetch_mathjax.py installs MathJax here
+
+
+def _is_thebe(script: Any) -> bool:
+    """Whether a Sphinx JavaScript entry (inline body or file) belongs to sphinx-thebe."""
+    text = f"{script} {getattr(script, 'filename', '')} {getattr(script, 'attributes', {}).get('body', '')}"
+    return any(marker in text for marker in THEBE_MARKERS)
+
+
+def drop_thebe(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+    """html-page-context handler: remove sphinx-thebe's scripts from the page."""
+    if "script_files" in context:
+        context["script_files"] = [s for s in context["script_files"] if not _is_thebe(s)]
+
+
+def serve_vendor(app: Any, config: Any) -> None:
+    """config-inited handler: add _vendor/ to html_static_path (checked to hold the local MathJax)."""
+    path = str(config.mathjax_path)
+    if "://" in path:
+        return
+    vendor = Path(app.confdir) / VENDOR
+    if not (vendor / path).is_file():
+        raise ExtensionError(f"{VENDOR}/{path} is missing: run `python scripts/fetch_mathjax.py` "
+                             "(make book does) to install the book's pinned MathJax")
+    config.html_static_path = [*config.html_static_path, str(vendor)]
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("config-inited", serve_vendor)
+    app.connect("html-page-context", drop_thebe, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
