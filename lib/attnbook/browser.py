@@ -111,9 +111,11 @@ async () => {
   };
   const reported = new Set();
   for (const el of column.querySelectorAll('*')) {
-    const r = el.getBoundingClientRect();
-    if (r.width === 0 || r.height === 0 || getComputedStyle(el).visibility === 'hidden') continue;
-    if (r.right <= right + 1 && r.left >= left - 1) continue;
+    const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    if (r.width === 0 || r.height === 0 || cs.visibility === 'hidden') continue;
+    // An inline element broken over lines: its padding may pass the edge, its text may not.
+    const slack = cs.display === 'inline' ? parseFloat(cs.paddingRight) + parseFloat(cs.borderRightWidth) + 2 : 0;
+    if (r.right <= right + 1 + slack && r.left >= left - 1 - slack) continue;
     let contained = false, parent = el.parentElement, outer = el;
     for (; parent && parent !== column; parent = parent.parentElement) {
       if (scrolls(parent)) {
