@@ -23,7 +23,6 @@ export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
-CHROMIUM    ?= $(shell command -v chromium || command -v chromium-browser)
 
 .PHONY: help install reproduce experiments test test-lib test-notebooks test-browser book pdf browser bench bench-engine check-kernels clean lock
 
@@ -79,7 +78,7 @@ book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stor
 
 pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF: one-page HTML build, printed by headless Chromium -> _build/pdf/book.pdf
 	rm -rf _build/singlehtml
-	$(VENV)/bin/jupyter-book build . --builder custom --custom-builder singlehtml $(BOOK_FLAGS)
+	$(VENV)/bin/jupyter-book build . --builder singlehtml $(BOOK_FLAGS)
 	$(PY) scripts/print_pdf.py _build/singlehtml/index.html _build/pdf/book.pdf
 
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
