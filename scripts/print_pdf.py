@@ -19,6 +19,9 @@ PRINT_CSS = """
 .bd-footer, .bd-footer-article, .bd-footer-content, .toggle-secondary-sidebar, .primary-toggle,
 .secondary-toggle, .search-button-field, details.hide, .cell_input.hide { display: none !important; }
 .bd-main .bd-content .bd-article-container { max-width: 100% !important; }
+/* Paper cannot scroll: wrap text outputs, shrink wide tables to the page. */
+.bd-article pre { white-space: pre-wrap !important; overflow-wrap: anywhere; }
+.bd-article table { display: table !important; font-size: 75%; }
 """
 
 
