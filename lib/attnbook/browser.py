@@ -10,7 +10,8 @@ reports a ``Problem`` for each of:
   (``math``);
 - an image that did not load (``image``);
 - content wider than the text column that is not inside a horizontal scroll container, or a
-  page that scrolls sideways (``overflow``).
+  page that scrolls sideways (``overflow``);
+- a link to a local file that does not exist (``link``).
 
 Desktop (1280 px, light) and phone (390 px, dark) widths; a full-page screenshot of each is
 saved when ``screenshots`` is given. The browser is Debian's ``chromium`` driven by Playwright
@@ -43,7 +44,7 @@ class Problem:
 
     page: str
     width: str
-    kind: str  # console | network | math | image | overflow
+    kind: str  # console | network | math | image | overflow | link
     detail: str
 
     def __str__(self) -> str:
@@ -66,8 +67,9 @@ def find_chromium() -> str:
 
 
 def book_pages(html_root: Path) -> list[Path]:
-    """The book's pages under ``html_root``: every .html except Sphinx's generated helpers."""
-    skip = {"search.html", "genindex.html", "index.html"}  # index.html only redirects to the first page
+    """The book's pages under ``html_root``: every .html (search included) except the probes of the tests
+    (names starting with ``_``) and index.html, which only redirects to the first page."""
+    skip = {"index.html"}
     return sorted(p for p in html_root.rglob("*.html")
                   if p.name not in skip and not p.name.startswith("_") and "_static" not in p.parts
                   and "_sources" not in p.parts and "_images" not in p.parts)
@@ -172,6 +174,18 @@ def check_book(html_root: Path, pages: Sequence[Path] | None = None, screenshots
     return problems
 
 
+def broken_links(hrefs: Iterable[str]) -> list[str]:
+    """The local (file:) link targets among ``hrefs`` that do not exist, fragments and queries ignored."""
+    from urllib.parse import unquote, urlsplit  # noqa: PLC0415
+
+    missing = []
+    for href in sorted(set(hrefs)):
+        parts = urlsplit(href)
+        if parts.scheme == "file" and not Path(unquote(parts.path)).exists():
+            missing.append(unquote(parts.path))
+    return missing
+
+
 def _check_page(context, html_root: Path, path: Path, label: str, screenshots: Path | None) -> list[Problem]:  # noqa: ANN001
     name = str(path.relative_to(html_root)) if path.is_relative_to(html_root) else path.name
     found: list[Problem] = []
@@ -198,6 +212,8 @@ def _check_page(context, html_root: Path, path: Path, label: str, screenshots: P
                                timeout=MATHJAX_TIMEOUT_MS)
         for kind, detail in page.evaluate(PAGE_CHECKS_JS):
             note(kind, detail)
+        for target in broken_links(page.evaluate("() => Array.from(document.links, a => a.href)")):
+            note("link", f"links to a missing file: {target}")
         if screenshots is not None:
             out = screenshots / f"{name.removesuffix('.html').replace('/', '__')}-{label}.png"
             out.parent.mkdir(parents=True, exist_ok=True)

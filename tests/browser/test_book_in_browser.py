@@ -78,8 +78,10 @@ def test_a_wide_table_in_the_book_style_scrolls(html_root: Path, broken) -> None
     assert kinds(html_root, broken("scrolls", wide)) == {}
 
 
-def test_a_missing_image_and_a_network_request_fail(html_root: Path, broken) -> None:  # noqa: ANN001
-    html = '<img src="_images/no-such-figure.svg" alt="x"><img src="https://example.org/x.png" alt="y">'
+def test_a_missing_image_a_network_request_and_a_dead_link_fail(html_root: Path, broken) -> None:  # noqa: ANN001
+    html = ('<img src="_images/no-such-figure.svg" alt="x"><img src="https://example.org/x.png" alt="y">'
+            '<a href="prf-prf.html#x">proof index</a>')
     found = kinds(html_root, broken("image", html))
     assert any("no-such-figure" in d for d in found.get("image", [])), found
     assert any("example.org" in d for d in found.get("network", [])), found
+    assert any(d.endswith("prf-prf.html") for d in found.get("link", [])), found
