@@ -38,9 +38,11 @@ def print_pdf(source: Path, target: Path) -> int:
             page.goto(source.resolve().as_uri(), wait_until="load")
             page.wait_for_function("() => !window.MathJax || (window.MathJax.startup && window.MathJax.startup.promise)")
             page.evaluate("() => window.MathJax && window.MathJax.startup ? window.MathJax.startup.promise : null")
-            errors = page.evaluate("() => document.querySelectorAll('mjx-merror').length")
-            if errors:
-                raise RuntimeError(f"{errors} math element(s) failed to typeset in {source}")
+            page.evaluate("() => window.MathJax && window.MathJax.typesetPromise ? window.MathJax.typesetPromise() : null")
+            errors, raw = page.evaluate("() => [document.querySelectorAll('mjx-merror').length, "
+                                        "Array.from(document.querySelectorAll('.math')).filter(m => !m.querySelector('mjx-container')).length]")
+            if errors or raw:
+                raise RuntimeError(f"{errors} math error(s) and {raw} untypeset math element(s) in {source}")
             page.add_style_tag(content=PRINT_CSS)
             page.emulate_media(media="print")
             page.pdf(path=str(target), format="A4", print_background=True,
