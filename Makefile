@@ -2,7 +2,8 @@
 #
 #   make reproduce   execute every experiment, then every chapter (papermill), strip volatile metadata, build the book
 #   make experiments execute only the experiment notebooks (experiments/*.ipynb), which write data/
-#   make test        pytest over tests/, nbval over every notebook, warning-free book build
+#   make test        pytest over tests/, nbval over every notebook, warning-free book build, browser test of every page
+#   make pdf         the whole book as one PDF (_build/pdf/book.pdf), printed by headless Chromium
 #   make gpu-check   on a CUDA machine: every correctness check a GPU can run, then a reduced benchmark
 #   make help        this list
 
@@ -22,7 +23,9 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help install reproduce experiments test test-lib test-notebooks book bench gpu-check bench-engine check-kernels clean lock
+MATHJAX     := _vendor/mathjax/.version
+
+.PHONY: help install reproduce experiments test test-lib test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -43,19 +46,41 @@ reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with pa
 experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
-test: test-lib test-notebooks  ## pytest, nbval over every notebook, then a warning-free book build
-	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
+test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook, a warning-free book build, then every page in a browser
 
-test-lib: $(STAMP)  ## pytest over tests/
-	$(PY) -m pytest tests
+test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need the built book)
+	$(PY) -m pytest tests --ignore=tests/browser
+
+test-browser: book browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots)
+	$(PY) -m pytest -p no:cacheprovider tests/browser
+
+# Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.
+browser:  ## make sure headless Chromium is there (apt-get install chromium when run as root)
+	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium for the browser test ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "make: the browser test needs Chromium: apt-get install chromium (as root), or set CHROMIUM=/path/to/chrome" >&2; exit 2; \
+	  fi; \
+	fi
+
+$(MATHJAX): scripts/fetch_mathjax.py | $(STAMP)
+	$(PY) scripts/fetch_mathjax.py
 
 test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) and compare with the stored outputs
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
 
-book: $(STAMP)  ## build the HTML book into _build/html from the stored outputs (no execution)
+book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stored outputs (no execution; MathJax served locally)
+	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
+
+pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF: one-page HTML build, printed by headless Chromium -> _build/pdf/book.pdf
+	rm -rf _build/singlehtml
+	$(VENV)/bin/jupyter-book build . --builder singlehtml $(BOOK_FLAGS)
+	$(PY) scripts/print_pdf.py _build/singlehtml/index.html _build/pdf/book.pdf
 
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
 	$(PY) scripts/bench_attention.py $(ARGS)
@@ -76,6 +101,6 @@ lock:  ## re-resolve requirements.in into requirements.txt (needs network)
 	  echo "# torch is pinned without a local tag: the CPU wheel on CPU machines, the CUDA build elsewhere."; \
 	  /tmp/attnid-lock/bin/pip freeze | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/'; } > requirements.txt
 
-clean:  ## remove the built book and caches (keeps .venv, data/ and the notebooks' outputs)
-	rm -rf _build .pytest_cache .hypothesis
+clean:  ## remove the built book and caches (keeps .venv, data/, the notebooks' outputs and the MathJax download)
+	rm -rf _build _vendor .pytest_cache .hypothesis
 	find . -path ./.venv -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf

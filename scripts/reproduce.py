@@ -10,6 +10,8 @@ order: the chapters, which read that data). For each notebook:
   3. strip volatile metadata (papermill's timings and paths, execution timestamps) and merge
      stream outputs the kernel happened to split, keeping outputs, execution counts, cell
      tags and the kernelspec;
+  3b. apply the book's cell-tag rule (attnbook.celltags: parameters, hashes and glue plumbing
+     off the rendered page), so every executed notebook, from whichever branch, follows it;
   4. move the result into place only on success, so a failure never loses stored outputs;
   5. treat data/ the same way: what a failing (or interrupted) notebook wrote there is rolled
      back, and temporary files left by a killed run are removed when the next run starts.
@@ -34,6 +36,7 @@ import nbformat
 import papermill
 import yaml
 
+from attnbook import celltags
 from attnbook.snapshot import all_or_nothing, remove_temporaries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +139,7 @@ def run_notebook(path: Path, parameters: dict[str, Any]) -> float:
             source, tmp, parameters=params, cwd=str((ROOT / path).parent), progress_bar=False, kernel_name="python3"
         )
         strip_volatile(result)
+        celltags.apply(result.cells)
         nbformat.write(result, tmp)
         os.replace(tmp, ROOT / path)
     finally:

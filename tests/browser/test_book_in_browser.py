@@ -1,0 +1,87 @@
+"""Every page of the built book in headless Chromium, offline, at desktop and phone widths;
+and proof that the checks catch a broken page (an undefined macro, a wide table without a
+scroll container, a missing image, a request to the network)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from attnbook.browser import WIDTHS, book_pages, check_book
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+
+
+def test_every_page_reads_offline(html_root: Path) -> None:
+    pages = book_pages(html_root)
+    assert len(pages) >= 10, f"only {len(pages)} pages under {html_root}"
+    problems = check_book(html_root, pages, screenshots=SCREENSHOTS)
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(map(str, problems))
+    assert len(list(SCREENSHOTS.glob("*.png"))) >= len(pages) * len(WIDTHS)
+
+
+def test_math_is_typeset_from_the_book_itself(html_root: Path) -> None:
+    page = (html_root / "chapters" / "03_many_heads.html").read_text()
+    assert "mathjax/tex-chtml.js" in page and "cdn." not in page
+    assert (html_root / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+@pytest.fixture()
+def broken(html_root: Path) -> Iterator:
+    """Write a copy of the first page, broken by ``edit``, next to it; remove it afterwards."""
+    made: list[Path] = []
+
+    def make(name: str, html: str) -> Path:
+        source = (html_root / "intro.html").read_text()
+        article = re.search(r'<article class="bd-article"[^>]*>', source)
+        assert article, "intro.html has no <article class=bd-article>"
+        path = html_root / f"_probe_{name}.html"
+        path.write_text(source[:article.end()] + html + source[article.end():])
+        made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        path.unlink(missing_ok=True)
+
+
+def kinds(html_root: Path, page: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for problem in check_book(html_root, [page], widths=WIDTHS[:1]):
+        found.setdefault(problem.kind, []).append(problem.detail)
+    return found
+
+
+def test_an_undefined_macro_fails(html_root: Path, broken) -> None:  # noqa: ANN001
+    page = broken("macro", r'<p><span class="math notranslate nohighlight">\(\nosuchmacro{x}\)</span></p>')
+    found = kinds(html_root, page)
+    assert any("nosuchmacro" in d for d in found.get("math", [])), found
+
+
+def test_a_book_macro_typesets(html_root: Path, broken) -> None:  # noqa: ANN001
+    page = broken("bookmacro", r'<p><span class="math notranslate nohighlight">\(\WQ \fiber{\theta} \R^{d}\)</span></p>')
+    assert kinds(html_root, page) == {}
+
+
+def test_a_wide_table_without_a_container_fails(html_root: Path, broken) -> None:  # noqa: ANN001
+    wide = '<table style="display: table"><tr><td style="min-width: 1600px">wide</td></tr></table>'
+    found = kinds(html_root, broken("table", wide))
+    assert any("<table" in d for d in found.get("overflow", [])), found
+
+
+def test_a_wide_table_in_the_book_style_scrolls(html_root: Path, broken) -> None:  # noqa: ANN001
+    wide = '<table><tr><td style="min-width: 1600px">wide</td></tr></table>'
+    assert kinds(html_root, broken("scrolls", wide)) == {}
+
+
+def test_a_missing_image_a_network_request_and_a_dead_link_fail(html_root: Path, broken) -> None:  # noqa: ANN001
+    html = ('<img src="_images/no-such-figure.svg" alt="x"><img src="https://example.org/x.png" alt="y">'
+            '<a href="prf-prf.html#x">proof index</a>')
+    found = kinds(html_root, broken("image", html))
+    assert any("no-such-figure" in d for d in found.get("image", [])), found
+    assert any("example.org" in d for d in found.get("network", [])), found
+    assert any(d.endswith("prf-prf.html") for d in found.get("link", [])), found
