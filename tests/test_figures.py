@@ -1,4 +1,4 @@
-"""attnbook.figures: SVG figures fitted to the text column, the same bytes on every run."""
+"""attnbook.style: SVG figures fitted to the text column, the same bytes on every run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from IPython.core.pylabtools import print_figure  # noqa: E402
 
-from attnbook import figures  # noqa: E402
+from attnbook import style as figures  # noqa: E402
 
 
 def drawn(width: float) -> str:

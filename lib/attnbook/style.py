@@ -1,12 +1,75 @@
-"""One figure style for every chapter."""
+"""The book's figures as SVG, sized for the text column, byte-identical across runs.
+
+``apply()`` sets matplotlib's defaults and, inside a Jupyter kernel, makes every figure (shown
+or glued) an SVG:
+
+- vector output, sharp on high-density screens; glyphs drawn as paths, so a figure looks the
+  same without the fonts it was made with;
+- no wider than ``COLUMN_WIDTH_IN``: a figure made wider is scaled down to it before it is
+  drawn (its layout redone with ``tight_layout``), so text keeps its point size instead of
+  being shrunk by the browser (the column is about 690 CSS px, 7.2 in at 96 px per inch);
+- deterministic: a fixed ``svg.hashsalt`` for the ids and no date in the metadata, so two
+  executions write the same bytes and nbval can compare them.
+
+``attnbook.setup`` calls ``apply()`` for every chapter. Checked by tests/test_figures.py
+(determinism, fitting) and by ``make reproduce`` run twice (SVG outputs byte-identical).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 
-RC = {"figure.dpi": 100, "savefig.dpi": 100, "font.size": 10}
+COLUMN_WIDTH_IN = 6.8  # widest figure, inches; the text column is ~7.2 in at 96 CSS px per inch
+RC: dict[str, Any] = {
+    "figure.figsize": (COLUMN_WIDTH_IN, 3.8),
+    "figure.dpi": 100,
+    "savefig.dpi": 200,  # a raster fallback (PNG) at twice the screen's density
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "svg.hashsalt": "attnbook",  # stable element ids
+    "svg.fonttype": "path",
+}
+SVG_METADATA = {"Date": None}  # no timestamp in the file
+
+
+def fit_to_column(fig: Any, width: float = COLUMN_WIDTH_IN) -> None:
+    """Scale ``fig`` down (aspect kept) if it is wider than ``width`` inches, and redo its layout."""
+    w, h = fig.get_size_inches()
+    if w > width:
+        fig.set_size_inches(width, h * width / w)
+        fig.tight_layout()
+
+
+def svg(fig: Any) -> str:
+    """The figure as SVG text, fitted to the column, without a date: what the book embeds."""
+    from IPython.core.pylabtools import print_figure  # noqa: PLC0415 (only inside a kernel)
+
+    fit_to_column(fig)
+    return print_figure(fig, "svg", bbox_inches="tight", metadata=SVG_METADATA)
 
 
 def apply() -> None:
-    """Set the book's matplotlib defaults."""
+    """Set the book's matplotlib defaults; in a Jupyter kernel, render figures as fitted SVG only."""
     plt.rcParams.update(RC)
+    try:
+        from IPython import get_ipython  # noqa: PLC0415
+        from matplotlib.figure import Figure  # noqa: PLC0415
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    # Activate the inline backend now (it registers its formatters on activation, which would
+    # otherwise come with the first figure and replace ours), and configure it the same way.
+    shell.run_line_magic("matplotlib", "inline")
+    shell.run_line_magic("config", "InlineBackend.figure_formats = ['svg']")
+    shell.run_line_magic("config", "InlineBackend.print_figure_kwargs = "
+                                   "{'bbox_inches': 'tight', 'metadata': {'Date': None}}")
+    formatters = shell.display_formatter.formatters
+    for mime in ("image/png", "image/jpeg", "application/pdf"):
+        formatters[mime].pop(Figure, None)
+    formatters["image/svg+xml"].for_type(Figure, svg)
