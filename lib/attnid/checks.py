@@ -62,11 +62,13 @@ def _point(spec: AttentionSpec, seed: int, seq_len: int, device: torch.device | 
 
 def invariance_error(spec: AttentionSpec, *, seed: int = 0, n_elements: int = 3, seq_len: int = 8,
                      device: torch.device | str = "cpu") -> float:
-    """max |Y(moved) - Y| / max |Y| over random group elements, bias moves and a head permutation."""
+    """max |Y(moved) - Y| / max |Y| over random group elements, bias moves, QK-norm moves and a head permutation."""
     gen, params, x = _point(spec, seed, seq_len, device)
     y = forward(params, x, spec)
     moved = [sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5)) for _ in range(n_elements)]
-    if spec.shift_invariant and spec.has_bias("k") and spec.rope_dims < spec.head_dim:
+    if spec.has_qk_norm:
+        moved += [sym.random_qk_norm_move(params, spec, gen, scale=0.5) for _ in range(n_elements)]
+    if spec.shift_invariant and spec.has_bias("k") and spec.rope_dims < spec.head_dim and not spec.has_qk_norm:
         delta = torch.randn(spec.kv_heads, spec.head_dim, generator=gen, dtype=torch.float64)
         delta[:, : spec.rope_dims] = 0.0
         moved.append(sym.shift_key_bias(params, spec, delta))
