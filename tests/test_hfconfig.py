@@ -173,6 +173,25 @@ def test_each_family_reads_the_configuration_transformers_writes(config_class: s
     assert bool(rope_params) == (config_class == "GptOssConfig")  # only gpt-oss ships a scaled RoPE (YaRN)
 
 
+def test_llama4_rope_and_nope_layers() -> None:
+    import transformers
+
+    m = count_config(transformers.Llama4Config().to_dict())  # Scout: 48 layers, every 4th without RoPE
+    groups = {g.kind: g for g in m.groups}
+    rope, nope = groups["chunked_attention"], groups["full_attention (no RoPE)"]
+    assert (rope.layers, nope.layers) == (36, 12)
+    assert rope.spec.qk_norm == "unweighted" and rope.spec.chunk == 8192 and rope.spec.rope_dims == 128
+    assert nope.spec.qk_norm == "none" and nope.spec.chunk is None and nope.spec.rope_dims == 0
+    # the census describes the same two layer types
+    from attnid.census import census, load_layouts
+
+    rows = {r.layout.key: r.record() for r in census(load_layouts())}
+    assert (rows["llama-4-scout"]["layers"], rows["llama-4-nope"]["layers"]) == (36, 12)
+    assert rows["llama-4-scout"]["unidentified_per_layer"] == rope.unidentified
+    assert rows["llama-4-nope"]["unidentified_per_layer"] == nope.unidentified
+    assert any(i.field == "attn_temperature_tuning" for i in m.ignored)
+
+
 def test_gemma2_soft_capping_is_reported_not_counted() -> None:
     import transformers
 

@@ -29,6 +29,7 @@ Modules, one line each:
 ``census``     published layouts (architectures.yaml) and their counts
 ``hf``         cross-checks against ``transformers`` attention modules
 ``hfconfig``   whole-model counts from a Hugging Face config.json (a registry of model_type -> mapper)
+``variants``   the unidentified share of each attention variant at one width (a registry; chapter 7b's figure)
 ``runtime``    seeded random generators
 ``cli``        the ``attnid`` command: count, verify, census
 ``kernels``    Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference

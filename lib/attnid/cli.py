@@ -16,7 +16,7 @@ Exit codes:
 Every numeric flag is checked against stated bounds before any work (see ``--help``):
 widths and head counts 1 to 1,000,000, ``--seq-len`` 2 to 4096, ``--seed`` 0 to 2**63 - 1,
 ``--rope-fraction`` in [0, 1], ``--rope-base`` in [1 + 1e-6, 1e12], ``--qk-norm-eps`` in [0, 1],
-``--window`` 1 to 2**31 - 1, ``--max-memory`` positive.
+``--window`` and ``--chunk`` 1 to 2**31 - 1, ``--max-memory`` positive.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ EPILOG = f"""exit codes:
 bounds: --d-model, --heads, --kv-heads, --head-dim, --v-head-dim 1 to {MAX_WIDTH:,};
   --seq-len {MIN_SEQ_LEN} to {MAX_SEQ_LEN}; --seed 0 to 2**63 - 1; --rope-fraction 0 to 1;
   --rope-base {format_base(MIN_ROPE_BASE)} to {MAX_ROPE_BASE:g}; --qk-norm-eps 0 to {MAX_QK_NORM_EPS:g};
-  --window 1 to 2**31 - 1; --max-memory above 0"""
+  --window and --chunk 1 to 2**31 - 1; --max-memory above 0"""
 
 
 def _shown(text: str) -> str:
@@ -173,13 +173,17 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
     p.add_argument("--qk-norm", choices=QK_NORMS, default="none",
                    help="RMSNorm with a learned weight on queries and keys, before RoPE: over each head's d_k entries "
                         "with one weight for all heads (shared: Qwen3, Gemma 3) or one per head (per-head), or over the "
-                        "whole projection width (full: OLMo-2); default none")
+                        "whole projection width (full: OLMo-2), or per head without a weight (unweighted: Llama 4); "
+                        "default none")
     p.add_argument("--qk-norm-eps", type=bounded_float(0.0, MAX_QK_NORM_EPS, "0", f"{MAX_QK_NORM_EPS:g}"),
                    default=DEFAULT_QK_NORM_EPS,
                    help=f"the QK-norm's epsilon, 0 to {MAX_QK_NORM_EPS:g} (default {DEFAULT_QK_NORM_EPS:g}, Qwen3's "
                         "rms_norm_eps; with 0 each head's query and key scale is unidentified)")
     p.add_argument("--window", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
                    help="causal sliding window of W keys: query i sees keys i - W < j <= i (needs --causal)")
+    p.add_argument("--chunk", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
+                   help="chunked causal attention, chunks of C tokens: query i sees keys j <= i of its own chunk "
+                        "(needs --causal; Llama 4)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -230,7 +234,10 @@ def _census_lines(rows: list) -> list[str]:
         r = row.record()
         unid = "n/a" if r["unidentified_per_layer"] is None else f"{r['unidentified_per_layer']:,}"
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.5f}"
-        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"]
+        extra = ([f"QK-norm {r['qk_norm']}"] if "qk_norm" in r else []) + (
+            [f"{'window' if r['window'] else 'chunks'} {r['window'] or r['chunk']} on {r['masked_layers']} of "
+             f"{r['layers']} layers"] if "masked_layers" in r else [])
+        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"] + extra
                           + [u.replace("_", " ") + ("" if u == "sliding_window" else " (not covered)")
                              for u in r["uncovered"]])
         lines.append(f"{r['model']:14s} {r['layers']:6d} {r['parameters_per_layer']:13,} {unid:>12s} {ratio:>9s} "
@@ -261,11 +268,13 @@ def spec_from_args(args: argparse.Namespace) -> AttentionSpec:
         raise ValueError("--sink learned needs --norm sink")
     if args.window is not None and not args.causal:
         raise ValueError("--window needs --causal (a sliding window of W keys: query i sees keys i - W < j <= i)")
+    if args.chunk is not None and not args.causal:
+        raise ValueError("--chunk needs --causal (query i sees keys j <= i of its own chunk)")
     return AttentionSpec.create(
         d_model=args.d_model, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
         v_head_dim=args.v_head_dim, bias=args.bias, rope_fraction=args.rope_fraction, rope_base=args.rope_base,
         causal=args.causal, norm=args.norm, sink_learned=args.sink == "learned", qk_norm=args.qk_norm,
-        qk_norm_eps=args.qk_norm_eps, window=args.window,
+        qk_norm_eps=args.qk_norm_eps, window=args.window, chunk=args.chunk,
     )
 
 

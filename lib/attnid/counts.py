@@ -31,6 +31,9 @@ keys). With eps > 0 these directions are identified, but only through eps (weakl
 singular values are small). The learned norm weights enter the scores only through the
 products q_norm * k_norm per coordinate, which RoPE ties together on each rotated pair: a
 trade of r/2 + (d_k - r) dimensions, once ('shared') or per group ('per-head', 'full').
+Without a learned weight ('unweighted', Llama 4) nothing tells the coordinates apart, and an
+orthogonal change of basis commuting with RoPE survives instead of the trade: per group
+r/2 rotation angles and (d_k - r)(d_k - r - 1)/2 dimensions of SO(d_k - r).
 Every bias is identified, b_K included: it sits inside the norm. Proved for d_k <= d_model
 (H d_k and G d_k <= d_model with 'full'); a normalised width of 1 with eps = 0 sees only a
 sign and is not covered.
@@ -38,6 +41,8 @@ sign and is not covered.
 A sliding window (``spec.window``) changes no count when it is at least 3 keys wide, or 2
 without RoPE: every proof reads rows that see the keys at offsets 0, 1 and 2 (0 and 1
 without RoPE). Narrower windows are not covered (with w = 1 a softmax row sees one key).
+Chunks (``spec.chunk``) of at least 3 tokens (2 without RoPE) likewise: the proofs' first
+three positions lie in the first chunk.
 """
 
 from __future__ import annotations
@@ -146,7 +151,7 @@ def total_parameters(spec: AttentionSpec) -> int:
 
 def qk_norm_parameters(spec: AttentionSpec) -> int:
     """The QK-norm weights: 2 d_k shared, (H + G) d_k per head or over the full width, 0 without a norm."""
-    if not spec.has_qk_norm:
+    if not spec.has_qk_norm or spec.qk_norm == "unweighted":
         return 0
     return 2 * spec.head_dim if spec.qk_norm == "shared" else (spec.heads + spec.kv_heads) * spec.head_dim
 
@@ -174,13 +179,15 @@ def qk_norm_not_covered(spec: AttentionSpec) -> str:
 
 
 def window_not_covered(spec: AttentionSpec) -> str:
-    """Why the counts do not apply to this window ('' when they do, or without a window)."""
-    if spec.window is None or spec.window >= 3:
+    """Why the counts do not apply to this window or these chunks ('' when they do, or without either)."""
+    width = spec.window if spec.window is not None else spec.chunk
+    what = "window" if spec.window is not None else "chunks"
+    if width is None or width >= 3:
         return ""
-    if spec.window == 1:
-        return "not covered: a window of 1 key shows each row only its own key (a softmax row then ignores its scores)"
+    if width == 1:
+        return f"not covered: {what} of 1 key show each row only its own key (a softmax row then ignores its scores)"
     if spec.rope_dims:
-        return ("not covered: a window of 2 keys with RoPE leaves each row the offsets 0 and 1 only, where the fiber "
+        return (f"not covered: {what} of 2 keys with RoPE leave each row the offsets 0 and 1 only, where the fiber "
                 "can be larger (as with a causal mask and two tokens, chapter 6)")
     return ""
 
@@ -192,7 +199,17 @@ def qk_norm_units(spec: AttentionSpec) -> int:
 
 def qk_norm_trade(spec: AttentionSpec) -> int:
     """Unidentified QK-norm weight directions: q_norm -> q_norm D, k_norm -> k_norm / D, once or per group."""
+    if spec.qk_norm == "unweighted":
+        return 0
     return qk_norm_units(spec) * (1 if spec.qk_norm == "shared" else spec.kv_heads)
+
+
+def qk_norm_rotations(spec: AttentionSpec) -> int:
+    """'unweighted' only: per group, the orthogonal matrices commuting with RoPE: r/2 + (d_k - r)(d_k - r - 1)/2."""
+    if spec.qk_norm != "unweighted":
+        return 0
+    free = spec.head_dim - spec.rope_dims
+    return spec.kv_heads * (spec.rope_dims // 2 + free * (free - 1) // 2)
 
 
 def qk_norm_scales(spec: AttentionSpec) -> int:
@@ -260,7 +277,9 @@ def count(spec: AttentionSpec) -> Count:
     if window_not_covered(spec):
         return Count(spec, total, None, {}, window_not_covered(spec))
     breakdown = {"query_key": qk}
-    if spec.has_qk_norm:
+    if spec.qk_norm == "unweighted":
+        breakdown["rotations"] = qk_norm_rotations(spec)
+    elif spec.has_qk_norm:
         breakdown["norm_weights"] = qk_norm_trade(spec)
     breakdown.update({
         "key_bias": key_bias_unidentified(spec),

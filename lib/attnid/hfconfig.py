@@ -52,7 +52,7 @@ SILENT = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop", "ma
           "rms_norm_eps", "tie_word_embeddings", "mlp_bias", "final_logit_softcapping", "initializer_range",
           "output_attentions", "output_hidden_states", "return_dict", "chunk_size_feed_forward", "embd_pdrop",
           "resid_pdrop", "hidden_dropout", "parallel_attn", "num_ln_in_parallel_attn", "use_parallel_residual")
-LAYER_KINDS = ("full_attention", "sliding_attention")
+LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 @dataclass(frozen=True)
@@ -494,6 +494,46 @@ def map_gemma3(cfg: Config) -> list[LayerGroup]:
     return [_uncover(g, cap) for g in groups] if cap else groups
 
 
+def map_llama4(cfg: Config) -> list[LayerGroup]:
+    """Llama 4: 3 of 4 layers with RoPE, chunked attention and an unweighted QK-norm; every 4th without RoPE.
+
+    The RoPE layers rotate interleaved pairs (2i, 2i + 1), a fixed permutation of the rotate-half
+    pairs (i, i + r/2) attnid uses (no count depends on it), and normalise after RoPE, which keeps
+    the norm, so the function is the one with the norm before RoPE. The layers without RoPE
+    multiply the queries at position p >= floor_scale by 1 + attn_scale log(1 + floor((p + 1) /
+    floor_scale)): one factor per row of scores, which every move commutes with, and which is 1 at
+    the positions the proofs read; no count depends on it.
+    """
+    d, h, kv, dk = _heads(cfg)
+    n = cfg.layers()
+    interval = cfg.integer("no_rope_layer_interval", 4)
+    uses_rope = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(uses_rope, list) or len(uses_rope) != n or any(v not in (0, 1) for v in uses_rope):
+        raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
+    chunk = cfg.value("attention_chunk_size", None)
+    kinds = layer_kinds(cfg, n, lambda i: "chunked_attention" if uses_rope[i] and chunk is not None else "full_attention")
+    qk_norm = "unweighted" if cfg.flag("use_qk_norm", True) else "none"
+    eps = cfg.number("rms_norm_eps", 1e-5)
+    if cfg.flag("attn_temperature_tuning", True):
+        cfg.ignore("attn_temperature_tuning", "scales the queries of the layers without RoPE by a factor per position, "
+                   "1 below floor_scale: every move commutes with it and no count depends on it")
+        cfg.read.update(("floor_scale", "attn_scale"))
+    base = rope_base(cfg, 500000.0)
+    bias = _bias_all(cfg)
+    labels = [f"{kind}{'' if rope else ' (no RoPE)'}" for kind, rope in zip(kinds, uses_rope)]
+
+    def make(label: str) -> LayerGroup | AttentionSpec:
+        kind, rope = label.split(" ")[0], "(no RoPE)" not in label
+        if kind not in LAYER_KINDS:
+            return _unknown_kind(kind)
+        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias,
+                     rope_fraction=1.0 if rope else 0.0, rope_base=base, causal=True,
+                     qk_norm=qk_norm if rope else "none", qk_norm_eps=eps,
+                     chunk=int(chunk) if kind == "chunked_attention" else None, window=_window(cfg, kind))
+
+    return group_layers(labels, make)
+
+
 def map_gpt_oss(cfg: Config) -> list[LayerGroup]:
     n = cfg.layers()
     kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention")
@@ -577,13 +617,13 @@ def map_bert(cfg: Config) -> list[LayerGroup]:
 for _type, _mapper in {
     "llama": map_llama, "mistral": map_mistral, "qwen2": map_qwen2, "qwen3": map_qwen3, "olmo2": map_olmo2,
     "gemma": map_gemma, "gemma2": map_gemma2, "gemma3": map_gemma3, "gemma3_text": map_gemma3,
-    "gpt_oss": map_gpt_oss, "phi": map_phi, "gpt_neox": map_gpt_neox, "falcon": map_falcon,
+    "gpt_oss": map_gpt_oss, "llama4": map_llama4, "llama4_text": map_llama4, "phi": map_phi, "gpt_neox": map_gpt_neox, "falcon": map_falcon,
     "RefinedWebModel": map_falcon, "RefinedWeb": map_falcon, "gpt2": map_gpt2, "bert": map_bert,
 }.items():
     register(_type, _mapper)
 
 # Configurations that wrap the language model's configuration (multimodal checkpoints).
-WRAPPERS = {"gemma3": "text_config"}
+WRAPPERS = {"gemma3": "text_config", "llama4": "text_config"}
 
 
 # ------------------------------------------------------------------------------------------------

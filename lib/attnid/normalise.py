@@ -5,8 +5,9 @@
     sigmoid:  A_ij = 1 / (1 + exp(-S_ij))
 
 With a causal mask, keys j > i are removed from row i (weight exactly 0); a sliding window of
-w keys (always causal) removes the keys j <= i - w as well, so row i sees i - w < j <= i. A
-leaf module: it imports nothing from ``attnid``.
+w keys (always causal) removes the keys j <= i - w as well, so row i sees i - w < j <= i; chunks
+of c tokens (always causal) remove the keys of earlier chunks. A leaf module: it imports
+nothing from ``attnid``.
 """
 
 from __future__ import annotations
@@ -29,20 +30,29 @@ def window_mask(n: int, window: int, device: torch.device | str) -> torch.Tensor
     return (offsets < 0) | (offsets >= window)
 
 
+def chunk_mask(n: int, chunk: int, device: torch.device | str) -> torch.Tensor:
+    """(n, n) boolean, True where row i may not look: keys j > i, and keys of an earlier chunk of ``chunk`` tokens."""
+    i = torch.arange(n, device=device)
+    return (i[None, :] > i[:, None]) | (i[None, :] // chunk != i[:, None] // chunk)
+
+
 def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None,
-                      window: int | None = None) -> torch.Tensor:
+                      window: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """Scores (..., n, n) -> weights of the same shape.
 
     ``sink`` holds one logit per score matrix, broadcastable to ``scores.shape[:-2]`` (for
     scores (..., H, n, n) a tensor of shape (H,)); with ``norm='sink'`` and no sink the logit is 0.
-    ``window`` (with ``causal``): row i sees only the keys i - window < j <= i.
+    ``window`` (with ``causal``): row i sees only the keys i - window < j <= i; ``chunk`` (with
+    ``causal``): only the keys j <= i with floor(j / chunk) = floor(i / chunk).
     """
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}")
-    if window is not None and not causal:
-        raise ValueError("a sliding window needs causal=True")
+    if (window is not None or chunk is not None) and not causal:
+        raise ValueError("a sliding window or chunked attention needs causal=True")
     if window is not None:
         mask = window_mask(scores.shape[-1], window, scores.device)
+    elif chunk is not None:
+        mask = chunk_mask(scores.shape[-1], chunk, scores.device)
     else:
         mask = causal_mask(scores.shape[-1], scores.device) if causal else None
     if norm == "sigmoid":

@@ -18,6 +18,8 @@ With a QK-norm (``spec.qk_norm``, chapter 7b) the query/key moves are different,
 [W_K^g; b_K^g] (with 'full', one scale for all queries and one for all keys), a symmetry only
 when eps = 0; and the trade q_norm -> q_norm D, k_norm -> k_norm D^-1 with D positive diagonal
 and equal on each rotated pair (i, i + r/2), once for the shared weights or per group. The
+'unweighted' norm (no learned weight) has no trade; instead an orthogonal change of basis O_g
+commuting with RoPE moves the group's [W_Q^h; b_Q^h] and [W_K^g; b_K^g] alike (``rotations``). The
 GL(d_k) moves, the key-bias shift, the conserved quantities and the balancing below are for
 layouts without a QK-norm and refuse the others; the value side is unchanged.
 
@@ -157,15 +159,30 @@ def qk_norm_units(spec: AttentionSpec) -> list[list[int]]:
     return [[i, i + half] for i in range(half)] + [[a] for a in range(spec.rope_dims, spec.head_dim)]
 
 
+def orthogonal_commutant_basis(spec: AttentionSpec) -> torch.Tensor:
+    """Basis (n, d_k, d_k) of the antisymmetric matrices commuting with RoPE: J on each rotated pair, so(d_k - r) beyond."""
+    dk, r = spec.head_dim, spec.rope_dims
+    basis = [m for m in lie_algebra_basis(spec)[: r] if torch.equal(m, -m.T)]  # the a I + b J blocks: keep the J ones
+    for a in range(r, dk):
+        for b in range(a + 1, dk):
+            unit = torch.zeros(dk, dk, dtype=torch.float64)
+            unit[a, b], unit[b, a] = 1.0, -1.0
+            basis.append(unit)
+    return torch.stack(basis) if basis else torch.zeros(0, dk, dk, dtype=torch.float64)
+
+
 def move_qk_norm(params: Params, spec: AttentionSpec, *, query_scales: torch.Tensor | None = None,
-                 key_scales: torch.Tensor | None = None, trade: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                 key_scales: torch.Tensor | None = None, trade: torch.Tensor | None = None,
+                 rotations: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The QK-norm moves: scale the projections, trade the norm weights. Invisible exactly when the docstring says.
 
     ``query_scales`` (H,) multiplies each head's W_Q^h and b_Q^h, ``key_scales`` (G,) each W_K^g and b_K^g
     (with 'full' shapes (1,): all heads together); both must be positive, and they are symmetries only
     with eps = 0 (ValueError otherwise). ``trade`` holds positive factors, one per unit of ``qk_norm_units``
     (shape (units,) for 'shared', (G, units) otherwise): q_norm is multiplied and k_norm divided by them,
-    per group for the group's query heads and its key head.
+    per group for the group's query heads and its key head. ``rotations`` ('unweighted' only), shape
+    (G, n) with n the size of ``orthogonal_commutant_basis``: O_g = exp(sum_i c_gi A_i) multiplies the
+    group's [W_Q^h; b_Q^h] and [W_K^g; b_K^g] on the right.
     """
     check_params(params, spec)
     if not spec.has_qk_norm:
@@ -186,7 +203,20 @@ def move_qk_norm(params: Params, spec: AttentionSpec, *, query_scales: torch.Ten
         out[weight] = params[weight] * per_head[:, None, None]
         if bias in params:
             out[bias] = params[bias] * per_head[:, None]
+    if rotations is not None:
+        basis = orthogonal_commutant_basis(spec).to(params["W_Q"])
+        if spec.qk_norm != "unweighted" or tuple(rotations.shape) != (spec.kv_heads, basis.shape[0]):
+            raise ValueError(f"rotations need qk_norm 'unweighted' and shape ({spec.kv_heads}, {basis.shape[0]})")
+        turn = torch.linalg.matrix_exp(torch.einsum("gn,nab->gab", rotations.to(params["W_Q"]), basis))
+        per_head = _head_groups(spec)
+        out["W_Q"], out["W_K"] = out["W_Q"] @ turn[per_head], out["W_K"] @ turn
+        if "b_Q" in params:
+            out["b_Q"] = (out["b_Q"][:, None, :] @ turn[per_head])[:, 0]
+        if "b_K" in params:
+            out["b_K"] = (out["b_K"][:, None, :] @ turn)[:, 0]
     if trade is not None:
+        if spec.qk_norm == "unweighted":
+            raise ValueError("an unweighted QK-norm has no weights to trade")
         units = qk_norm_units(spec)
         shape = (len(units),) if spec.qk_norm == "shared" else (spec.kv_heads, len(units))
         trade = trade.to(params["q_norm"])
@@ -210,11 +240,16 @@ def random_qk_norm_move(params: Params, spec: AttentionSpec, generator: torch.Ge
         return (scale * torch.randn(*shape, generator=generator, dtype=torch.float64)).exp()
 
     n_units = len(qk_norm_units(spec))
-    trade = draw(n_units) if spec.qk_norm == "shared" else draw(spec.kv_heads, n_units)
-    if spec.qk_norm_eps != 0:
-        return move_qk_norm(params, spec, trade=trade)
-    n_q, n_k = (1, 1) if spec.qk_norm == "full" else (spec.heads, spec.kv_heads)
-    return move_qk_norm(params, spec, query_scales=draw(n_q), key_scales=draw(n_k), trade=trade)
+    moves: dict[str, torch.Tensor] = {}
+    if spec.qk_norm == "unweighted":
+        n_gen = orthogonal_commutant_basis(spec).shape[0]
+        moves["rotations"] = scale * torch.randn(spec.kv_heads, n_gen, generator=generator, dtype=torch.float64)
+    else:
+        moves["trade"] = draw(n_units) if spec.qk_norm == "shared" else draw(spec.kv_heads, n_units)
+    if spec.qk_norm_eps == 0:
+        n_q, n_k = (1, 1) if spec.qk_norm == "full" else (spec.heads, spec.kv_heads)
+        moves.update(query_scales=draw(n_q), key_scales=draw(n_k))
+    return move_qk_norm(params, spec, **moves)
 
 
 def shift_key_bias(params: Params, spec: AttentionSpec, delta: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -264,7 +299,7 @@ def permute_heads(params: Params, spec: AttentionSpec, perm: list[int]) -> dict[
     for name in ("W_K", "W_V", "b_K", "b_V"):
         if name in params:
             out[name] = params[name][groups]
-    if spec.has_qk_norm and spec.qk_norm != "shared":  # per-head norm weights move with their heads
+    if spec.has_qk_norm and spec.qk_norm not in ("shared", "unweighted"):  # per-head norm weights move with their heads
         out["q_norm"], out["k_norm"] = params["q_norm"][heads], params["k_norm"][groups]
     return out
 
@@ -331,6 +366,19 @@ def _qk_norm_directions(params: Params, spec: AttentionSpec) -> list[tuple[str, 
     units = qk_norm_units(spec)
     groups = [None] if spec.qk_norm == "shared" else list(range(spec.kv_heads))
     per_head = _head_groups(spec)
+    if spec.qk_norm == "unweighted":
+        groups = []  # no weights to trade; the rotations instead
+        for g in range(spec.kv_heads):
+            heads = per_head == g
+            for a in orthogonal_commutant_basis(spec).to(params["W_Q"]):
+                d = _zeros_like(params)
+                d["W_Q"][heads] = params["W_Q"][heads] @ a
+                d["W_K"][g] = params["W_K"][g] @ a
+                if "b_Q" in params:
+                    d["b_Q"][heads] = params["b_Q"][heads] @ a
+                if "b_K" in params:
+                    d["b_K"][g] = params["b_K"][g] @ a
+                directions.append((f"rotations/{g}", d))
     for g in groups:
         for coords in units:
             d = _zeros_like(params)

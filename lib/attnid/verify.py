@@ -357,7 +357,7 @@ def orbit_generator_count(spec: AttentionSpec) -> tuple[int, int]:
     commutant = 0 if spec.has_qk_norm else r + (dk - r) ** 2
     per_group = commutant + dv * dv
     if spec.has_qk_norm:  # QK-norm: per-head scales and norm-weight trades instead of the commutant
-        per_group += spec.group_size + 1 + (r // 2 + dk - r)
+        per_group += spec.group_size + 1 + (r // 2 + dk - r) + (dk - r) ** 2
     if spec.shift_invariant and spec.has_bias("k") and not spec.has_qk_norm:
         per_group += dk - r
     if spec.shift_invariant and spec.has_bias("v") and spec.has_bias("o"):
