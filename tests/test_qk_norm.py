@@ -128,6 +128,26 @@ def test_layouts_the_proofs_do_not_cover(kwargs: dict, message: str) -> None:
     assert c.unidentified is None and message in c.note
 
 
+def test_unweighted_norm_leaves_rotations_commuting_with_rope() -> None:
+    # Llama 4's norm has no weight: no trade, but an orthogonal O_g commuting with RoPE survives, per group:
+    # r/2 rotation angles and so(d_k - r); with eps = 0 also the H + G scales.
+    spec = dict(d_model=64, heads=8, kv_heads=2, head_dim=8, rope_fraction=0.5, causal=True, qk_norm="unweighted")
+    c = count(AttentionSpec.create(**spec, qk_norm_eps=1e-5))
+    assert c.breakdown["rotations"] == 2 * (2 + 4 * 3 // 2) and c.weakly_identified == 10
+    assert c.total == count(AttentionSpec.create(**{**spec, "qk_norm": "none"})).total  # no weights
+    assert count(AttentionSpec.create(**spec, qk_norm_eps=0.0)).breakdown["query_key"] == 10
+
+
+def test_chunks_wide_enough_change_no_count() -> None:
+    base = count(AttentionSpec.create(8, 2, causal=True, rope_fraction=1.0, bias="qkvo"))
+    assert count(AttentionSpec.create(8, 2, causal=True, rope_fraction=1.0, bias="qkvo", chunk=3)).breakdown == \
+        base.breakdown
+    assert count(AttentionSpec.create(8, 2, causal=True, rope_fraction=1.0, chunk=2)).unidentified is None
+    assert verify(AttentionSpec.create(8, 2, causal=True, rope_fraction=1.0, bias="qkvo", chunk=3)).matches is True
+    with pytest.raises(ValueError, match="not both"):
+        AttentionSpec.create(8, 2, causal=True, window=3, chunk=3)
+
+
 def test_windows_wide_enough_change_no_count() -> None:
     for kwargs in (dict(bias="qkvo"), dict(rope_fraction=1.0, bias="qkv"), dict(norm="sink", sink_learned=True),
                    dict(qk_norm="shared", rope_fraction=0.5)):
@@ -217,7 +237,7 @@ SWEEP = [
 
 
 @pytest.mark.parametrize("layout", SWEEP, ids=[" ".join(s[4:]) or "mha" for s in SWEEP])
-@pytest.mark.parametrize("qk_norm", ["shared", "per-head", "full"])
+@pytest.mark.parametrize("qk_norm", ["shared", "per-head", "full", "unweighted"])
 @pytest.mark.parametrize("eps", ["0", "1e-6"])
 def test_count_agrees_with_verify(capsys: pytest.CaptureFixture, layout: list[str], qk_norm: str, eps: str) -> None:
     flags = [*layout, "--qk-norm", qk_norm, "--qk-norm-eps", eps, "--json"]
@@ -257,7 +277,12 @@ def test_cli_qk_norm_and_window_flags(capsys: pytest.CaptureFixture) -> None:
     assert "norm weights 4" in out and "weakly" not in out
     code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "2", "--qk-norm", "per-head")
     assert code == 0 and "eps=1e-06" in out and "weakly identified: 4" in out  # the default eps is Qwen3's
+    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "2", "--causal", "--chunk", "3", "--qk-norm",
+                       "unweighted")
+    assert code == 0 and "chunk=3" in out and "rotations" in out
     for args, message in ((["--window", "4"], "--window needs --causal"),
+                          (["--chunk", "4"], "--chunk needs --causal"),
+                          (["--causal", "--window", "4", "--chunk", "4"], "not both"),
                           (["--qk-norm", "rms"], "invalid choice"),
                           (["--qk-norm", "shared", "--qk-norm-eps", "2"], "--qk-norm-eps: '2' is out of range"),
                           (["--causal", "--window", "0"], "--window: '0' is out of range")):
