@@ -8,7 +8,7 @@ dimensions, a causal mask, and how scores are normalised (softmax, softmax with 
 logit in the denominator, or an elementwise sigmoid). ``Params``, the type of a point in
 parameter space, lives here too.
 
-Two features of recent models are optional fields whose defaults give the layer of the
+Three features of recent models are optional fields whose defaults give the layer of the
 earlier chapters (every count and output of a layout without them is unchanged):
 
 * ``qk_norm``: an RMSNorm with a learned weight on the queries and the keys, after the
@@ -253,10 +253,6 @@ class AttentionSpec:
         """Whether queries and keys pass through an RMSNorm (any of the QK-norm variants)."""
         return self.qk_norm != "none"
 
-    def qk_norm_text(self) -> str:
-        """'shared, eps 1e-06' and the like; '' without QK-norm."""
-        return f"{self.qk_norm}, eps {self.qk_norm_eps:g}" if self.has_qk_norm else ""
-
     @property
     def kind(self) -> str:
         """'MHA', 'GQA' or 'MQA'."""
@@ -290,7 +286,7 @@ class AttentionSpec:
         return f"d={self.d_model} H={self.heads} G={self.kv_heads} {rope} bias={self.bias or 'none'}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for JSON); qk_norm_eps is null without a QK-norm, window null without one."""
+        """The fields as a plain dict (for JSON); qk_norm_eps is null without a QK-norm, window and chunk without one."""
         out = asdict(self)
         out["bias"] = self.bias or "none"
         if not self.has_qk_norm:
