@@ -11,15 +11,18 @@ from attnid.spec import AttentionSpec
 
 PAPER_MODELS = {"gpt2", "bert-base", "pythia-160m", "llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2-7b", "falcon-7b",
                 "phi-2", "gemma-7b", "olmo-2-7b", "gpt-oss-20b", "deepseek-v2"}
+MODERN_MODELS = {"qwen3-8b", "gemma-2-2b", "gemma-3", "llama-4-scout", "llama-4-nope"}
 
 
 def test_shipped_layouts_cover_the_paper_table() -> None:
     layouts = {lay.key: lay for lay in load_layouts()}
-    assert PAPER_MODELS <= set(layouts)
+    assert PAPER_MODELS | MODERN_MODELS <= set(layouts)
     assert all(lay.source for lay in layouts.values()), "every entry names its source"
-    assert not layouts["olmo-2-7b"].covered
     assert layouts["deepseek-v2"].covered and layouts["deepseek-v2"].mla is not None  # counted by attnid.mla
-    assert layouts["mistral-7b"].covered  # a sliding window does not change the count
+    assert not layouts["gemma-2-2b"].covered  # soft-capping
+    assert layouts["olmo-2-7b"].covered and layouts["olmo-2-7b"].spec.qk_norm == "full"  # no stand-in any more
+    assert layouts["mistral-7b"].covered and layouts["mistral-7b"].spec.window == 4096  # a window changes no count
+    assert not layouts["bert-base"].spec.causal
 
 
 def test_census_rows_follow_the_counts() -> None:
@@ -32,8 +35,24 @@ def test_census_rows_follow_the_counts() -> None:
     assert rows["llama-3-8b"]["unidentified_per_layer"] == 8 * (128 + 128**2)
     # multi-query Falcon: one group
     assert rows["falcon-7b"]["unidentified_per_layer"] == 64 + 64**2
-    assert rows["olmo-2-7b"]["ratio"] is None and rows["olmo-2-7b"]["unidentified_all_layers"] is None
+    assert rows["gemma-2-2b"]["ratio"] is None
+    # DeepSeek-V2: counted by attnid.mla, every layer the same
+    assert rows["deepseek-v2"]["unidentified_all_layers"] == rows["deepseek-v2"]["layers"] * rows["deepseek-v2"]["unidentified_per_layer"]
+    # OLMo-2: QK-norm over the full width, eps > 0: the weight trade G r/2 and the value side G d_v^2
+    assert rows["olmo-2-7b"]["unidentified_per_layer"] == 32 * (64 + 128**2)
+    assert rows["olmo-2-7b"]["parameters_per_layer"] == 4 * 4096**2 + 2 * 4096  # two weights of 32 x 128
+    assert rows["olmo-2-7b"]["weakly_identified_per_layer"] == 2
+    # Qwen3-8B: shared QK-norm, one trade of r/2 = 64 for all heads
+    assert rows["qwen3-8b"]["unidentified_per_layer"] == 64 + 8 * 128**2
+    # Mistral: the window changes nothing; gpt-oss: windowed and full layers count the same
+    assert rows["mistral-7b"]["unidentified_per_layer"] == rows["llama-3-8b"]["unidentified_per_layer"]
+    assert rows["gpt-oss-20b"]["unidentified_all_layers"] == 24 * rows["gpt-oss-20b"]["unidentified_per_layer"]
+    assert rows["gpt-oss-20b"]["masked_layers"] == 12 and rows["gemma-3"]["masked_layers"] == 22
+    # Llama 4: an unweighted QK-norm leaves one rotation angle per RoPE pair (r/2 = 64) per group
+    assert rows["llama-4-scout"]["unidentified_per_layer"] == 8 * (64 + 128**2)
+    assert rows["llama-4-nope"]["unidentified_per_layer"] == 8 * (128**2 + 128**2)
     assert rows["gpt2"]["biases"]["k"].startswith("dead")
+    assert rows["qwen3-8b"]["biases"] == {}
     assert rows["qwen2-7b"]["biases"]["k"].startswith("alive")
     assert rows["gpt-oss-20b"]["biases"]["v"].startswith("identified")
     mla = {lay.key for lay in load_layouts() if lay.mla is not None}  # latent symmetries: above MHA (chapter 7c)
@@ -99,7 +118,8 @@ def test_shipped_file_is_the_package_one() -> None:
 
 LAYOUT_FIELD = {"n_embd": "d_model", "hidden_size": "d_model", "n_head": "heads", "num_attention_heads": "heads",
                 "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "n_layer": "layers",
-                "num_hidden_layers": "layers"}
+                "num_hidden_layers": "layers", "rms_norm_eps": "qk_norm_eps", "sliding_window": "window",
+                "attention_chunk_size": "chunk"}
 
 
 @pytest.mark.parametrize("layout", [lay for lay in load_layouts() if lay.transformers_check], ids=lambda lay: lay.key)
@@ -131,4 +151,28 @@ def test_causal_field_defaults_to_decoder_and_bert_is_bidirectional() -> None:
 def test_causal_field_must_be_a_yaml_bool(value: object) -> None:
     entry = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "causal": value}
     with pytest.raises(ValueError, match=r"layout 'm', field 'causal': must be true or false"):
+        parse_layout("m", entry)
+
+
+def test_qwen3_entry_agrees_with_the_published_config() -> None:
+    from attnid.hfconfig import model_count
+
+    row = next(r.record() for r in census(load_layouts()) if r.layout.key == "qwen3-8b")
+    (group,) = model_count(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen3-8b").groups
+    assert (group.total, group.unidentified) == (row["parameters_per_layer"], row["unidentified_per_layer"])
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"qk_norm": "rms"}, "field 'qk_norm': must be one of"),
+    ({"qk_norm_eps": 1e-6}, "needs a qk_norm other than none"),
+    ({"qk_norm": "shared", "qk_norm_eps": -1}, "must be a number in"),
+    ({"window": 0}, "field 'window': must be a positive integer"),
+    ({"window": 4, "causal": False}, "needs causal: true"),
+    ({"window_layers": 1}, "needs a window"),
+    ({"window": 4, "window_layers": 3}, "must be an integer from 1 to layers"),
+    ({"window": 4, "chunk": 4}, "not both"),
+])
+def test_malformed_modern_fields(extra: dict, message: str) -> None:
+    entry = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 2, **extra}
+    with pytest.raises(ValueError, match=f"layout 'm'.*{message}"):
         parse_layout("m", entry)

@@ -10,6 +10,8 @@ LAYOUT_COLUMNS = {
     "d": lambda s: s.d_model, "H": lambda s: s.heads, "G": lambda s: s.kv_heads, "d_k": lambda s: s.head_dim,
     "d_v": lambda s: s.v_head_dim, "r": lambda s: s.rope_dims, "bias": lambda s: s.bias or "none",
     "norm": lambda s: s.norm, "causal": lambda s: "yes" if s.causal else "no",
+    "qk_norm": lambda s: s.qk_norm, "eps": lambda s: f"{s.qk_norm_eps:g}" if s.has_qk_norm else "-",
+    "window": lambda s: "-" if s.window is None else s.window,
 }
 
 

@@ -13,7 +13,7 @@ Modules, one line each:
 ``rope``       rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
 ``normalise``  causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
 ``layer``      the reference attention layer: parameter shapes, random points, ``forward``
-``counts``     exact counts of unidentified parameters (``count``), from the matrix-product count
+``counts``     exact counts of unidentified parameters (``count``), QK-norm and sliding windows included
 ``symmetry``   the symmetry group: moves, orbit tangent, conserved quantities, balancing
 ``rank``       the rank-decision rule: the one place that decides which singular values are zero
 ``jacobian``   Jacobians with respect to all parameters, and their rank without holding all of J
@@ -29,6 +29,8 @@ Modules, one line each:
 ``mla``        multi-head latent attention (DeepSeek-V2/V3, Kimi K2): MLASpec, layer, symmetries, count, checks
 ``census``     published layouts (architectures.yaml) and their counts
 ``hf``         cross-checks against ``transformers`` attention modules
+``hfconfig``   whole-model counts from a Hugging Face config.json (a registry of model_type -> mapper)
+``variants``   the unidentified share of each attention variant at one width (a registry; chapter 7b's figure)
 ``runtime``    seeded random generators
 ``cli``        the ``attnid`` command: count, verify, census
 ``kernels``    Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference

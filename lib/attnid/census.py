@@ -8,6 +8,12 @@ merge keys, duplicate keys and deep nesting, and every field is checked for type
 shape. Each failure is a ValueError with one line naming the file and the layout and field
 (or the line and column) at fault.
 
+``qk_norm`` (none, shared, per-head, full or unweighted) and ``qk_norm_eps`` describe a
+QK-norm; ``window`` a causal sliding window of that many keys, and ``window_layers`` how many
+of the ``layers`` use it (default all; the others attend to every earlier token); ``chunk``
+chunked causal attention, and ``chunk_layers`` likewise. A window or chunks of at least 3
+keys change no count (``attnid.counts``), so local and global layers count the same.
+
 ``causal`` (a YAML bool, ``true`` or ``false``) says whether the layer masks later tokens.
 It defaults to ``true`` (``DEFAULT_CAUSAL``): most entries are decoder language models, so
 an encoder or other bidirectional model (BERT) must say ``causal: false``. Anything but a
@@ -19,7 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +35,23 @@ from .counts import Count, count
 from .mla import HF_LATENT_NORM_EPS, MLASpec
 from .mla import count as mla_count
 from .normalise import NORMS
-from .spec import AttentionSpec, parse_bias, rope_dims_from_fraction
+from .spec import DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias, rope_dims_from_fraction
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
 # Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
 DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
-OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "uncovered",
-            "notes", "source", "transformers_check", "mla")
+OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "qk_norm",
+            "qk_norm_eps", "window", "window_layers", "chunk", "chunk_layers", "uncovered", "notes", "source",
+            "transformers_check", "mla")
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
-    "qk_norm": ("not covered: an RMSNorm over the full-width queries and keys sees their scale, so a change of "
-                "basis inside a head is no longer free; the count below the norm is smaller, and not derived here"),
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
             "q_lora_rank, qk_nope_head_dim, qk_rope_head_dim) and attnid.mla counts it"),
-    "sliding_window": ("counted as covered, but argued rather than proved or measured: a window only removes keys "
-                       "from each row; the many-heads proof needs one row that sees two or more keys, while the "
-                       "RoPE, grouped-key and bias arguments are written for full or causal masks"),
+    "sliding_window": ("counted as covered: a sliding window the layout does not describe with the window field "
+                       "(windows of 3 or more keys change no count, chapter 7b)"),
+    "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
+                          "which bends them; no theorem here covers it"),
 }
 
 MAX_FILE_BYTES = 2**20
@@ -71,6 +77,15 @@ class Layout:
     source: str = ""
     transformers_check: dict[str, Any] = field(default_factory=dict)
     mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.mla, ``spec`` is the same-width MHA
+    masked_layers: int = 0
+    """How many of the layers use ``spec``'s window or chunks; the others attend to every earlier token."""
+
+    def layer_specs(self) -> list[tuple[int, AttentionSpec]]:
+        """(layers, layout) per layer type: the masked layers and, if any, the rest without the window or chunks."""
+        if not self.masked_layers or self.masked_layers == self.layers:
+            return [(self.layers, self.spec)]
+        full = replace(self.spec, window=None, chunk=None)
+        return [(self.masked_layers, self.spec), (self.layers - self.masked_layers, full)]
 
     @property
     def covered(self) -> bool:
@@ -237,6 +252,7 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         raise fail("sink", f"must be fixed or learned, got {_show(sink)}")
     if sink == "learned" and norm != "sink":
         raise fail("sink", f"learned needs norm: sink, got norm: {norm}")
+    _check_modern_fields(entry, fail)
     uncovered = entry.get("uncovered", [])
     drawn = f"must be a list drawn from {', '.join(UNCOVERED)}"
     if not isinstance(uncovered, list):
@@ -250,6 +266,34 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         _check_transformers_check(entry["transformers_check"], lambda m: fail("transformers_check", m))
     if "mla" in entry:
         _mla_spec(entry, lambda m: fail("mla", m))
+
+
+def _check_modern_fields(entry: dict, fail: Any) -> None:
+    """qk_norm, qk_norm_eps, window, window_layers, chunk, chunk_layers: types, ranges and what each needs."""
+    qk_norm = entry.get("qk_norm", "none")
+    if not isinstance(qk_norm, str) or qk_norm not in QK_NORMS:
+        raise fail("qk_norm", f"must be one of {', '.join(QK_NORMS)}, got {_show(qk_norm)}")
+    if "qk_norm_eps" in entry:
+        eps = entry["qk_norm_eps"]
+        if not _is_number(eps) or not 0 <= eps <= MAX_QK_NORM_EPS:
+            raise fail("qk_norm_eps", f"must be a number in [0, {MAX_QK_NORM_EPS:g}], got {_show(eps)}")
+        if qk_norm == "none":
+            raise fail("qk_norm_eps", "needs a qk_norm other than none")
+    for mask in ("window", "chunk"):
+        if mask in entry:
+            width = entry[mask]
+            if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_INT:
+                raise fail(mask, f"must be a positive integer at most {MAX_INT}, got {_show(width)}")
+            if not entry.get("causal", DEFAULT_CAUSAL):
+                raise fail(mask, "needs causal: true")
+        if f"{mask}_layers" in entry:
+            n = entry[f"{mask}_layers"]
+            if mask not in entry:
+                raise fail(f"{mask}_layers", f"needs a {mask}")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= entry["layers"]:
+                raise fail(f"{mask}_layers", f"must be an integer from 1 to layers ({entry['layers']}), got {_show(n)}")
+    if "window" in entry and "chunk" in entry:
+        raise fail("chunk", "give a window or chunks, not both")
 
 
 def _check_transformers_check(check: Any, fail: Any) -> None:
@@ -289,13 +333,19 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> Layout:
             v_head_dim=entry.get("v_head_dim", entry["head_dim"]), bias=str(entry.get("bias", "none")),
             rope_fraction=float(entry.get("rope_fraction", 0.0)), rope_base=float(entry.get("rope_base", 10000.0)),
             causal=causal, norm=entry.get("norm", "softmax"), sink_learned=sink == "learned",
+            qk_norm=entry.get("qk_norm", "none"), qk_norm_eps=float(entry.get("qk_norm_eps", DEFAULT_QK_NORM_EPS)),
+            window=entry.get("window"), chunk=entry.get("chunk"),
         )
     except (TypeError, ValueError) as exc:  # the schema above should leave nothing for the spec to refuse
         raise _entry_error(key, str(exc), path=path) from None
+    masked = entry.get("window_layers", entry.get("chunk_layers"))
+    if masked is None and (spec.window is not None or spec.chunk is not None):
+        masked = entry["layers"]
     return Layout(key, str(entry.get("name", key)), spec, entry["layers"], tuple(entry.get("uncovered", [])),
                   str(entry.get("notes", "")), str(entry.get("source", "")),
                   dict(entry.get("transformers_check", {}) or {}),
-                  _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None)
+                  _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None,
+                  masked or 0)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -377,7 +427,9 @@ def bias_status(spec: AttentionSpec) -> dict[str, str]:
     if spec.has_bias("q"):
         status["q"] = "identified"
     if spec.has_bias("k"):
-        if why:
+        if spec.has_qk_norm:
+            status["k"] = "alive (inside the QK-norm)"
+        elif why:
             status["k"] = f"alive ({why})"
         elif r == dk:
             status["k"] = "alive (RoPE after the bias)"
@@ -414,17 +466,25 @@ class CensusRow:
 
     def record(self) -> dict[str, Any]:
         c, layers = self.count, self.layout.layers
-        covered = self.layout.covered and c.covered
+        per_type = ([(layers, c)] if self.layout.mla is not None
+                    else [(n, count(spec)) for n, spec in self.layout.layer_specs()])
+        covered = self.layout.covered and all(t.covered for _, t in per_type)
+        spec = self.layout.spec
+        masked = {"window": spec.window, "chunk": spec.chunk, "masked_layers": self.layout.masked_layers} \
+            if spec.window is not None or spec.chunk is not None else {}
         return {
             "model": self.layout.key, "name": self.layout.name, "layers": layers,
             "layout": (self.layout.spec if self.layout.mla is None else self.layout.mla).describe(),
             "parameters_per_layer": c.total,
             "parameters_all_layers": c.total * layers,
             "unidentified_per_layer": c.unidentified if covered else None,
-            "unidentified_all_layers": c.unidentified * layers if covered and c.unidentified is not None else None,
+            "unidentified_all_layers": sum(n * t.unidentified for n, t in per_type) if covered else None,  # type: ignore[misc]
             "ratio": c.ratio if covered else None, "plain_mha_ratio": self.mha.ratio,
             "biases": bias_status(self.layout.spec),
             "uncovered": {u: UNCOVERED[u] for u in self.layout.uncovered}, "source": self.layout.source,
+            **({"qk_norm": spec.qk_norm, "qk_norm_eps": spec.qk_norm_eps,
+                "weakly_identified_per_layer": c.weakly_identified} if spec.has_qk_norm else {}),
+            **masked,
         }
 
 
@@ -461,7 +521,7 @@ def bias_table(rows: list[CensusRow]) -> list[list[str]]:
 
 
 def scaled_down(spec: AttentionSpec, heads: int = 4, head_dim: int = 4) -> AttentionSpec:
-    """A small layout with the same structure: query/key-value sharing, RoPE share, biases, normalisation.
+    """A small layout with the same structure: query/key-value sharing, RoPE share, biases, normalisation, QK-norm.
 
     Grouped layouts whose sharing ratio m = H/G is at most ``heads`` keep it exactly with two
     groups (H' = 2m); otherwise H' = min(H, heads) and G' is the nearest divisor of H' to
@@ -477,9 +537,12 @@ def scaled_down(spec: AttentionSpec, heads: int = 4, head_dim: int = 4) -> Atten
     dk = head_dim
     while fraction and (abs(fraction * dk - round(fraction * dk)) > 1e-9 or round(fraction * dk) % 2):
         dk += 1
+    # A window or chunks wider than the check's inputs would do nothing there: 3 keys, the narrowest the counts cover.
     return AttentionSpec.create(h * dk, h, kv_heads=g, head_dim=dk, v_head_dim=dk, bias=spec.bias or "none",
                                 rope_dims=round(fraction * dk), causal=spec.causal, norm=spec.norm,
-                                sink_learned=spec.sink_learned)
+                                sink_learned=spec.sink_learned, qk_norm=spec.qk_norm, qk_norm_eps=spec.qk_norm_eps,
+                                window=None if spec.window is None else min(spec.window, 3),
+                                chunk=None if spec.chunk is None else min(spec.chunk, 3))
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 * ``invariance_error``: how much random group elements (and, where they are symmetries,
   the bias moves and a head permutation) change the layer's output, relative to its size.
 * ``off_orbit_change``: how much a small step orthogonal to the orbit changes the output.
+* ``weak_spectrum``: where a QK-norm's weakly identified directions sit in the Jacobian's spectrum.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .jacobian import flatten, unflatten
 from .layer import forward, init_params
 from .runtime import generator
 from .spec import AttentionSpec
-from .verify import verify
+from .verify import numeric_rank, verify
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,13 @@ def _point(spec: AttentionSpec, seed: int, seq_len: int, device: torch.device | 
 
 def invariance_error(spec: AttentionSpec, *, seed: int = 0, n_elements: int = 3, seq_len: int = 8,
                      device: torch.device | str = "cpu") -> float:
-    """max |Y(moved) - Y| / max |Y| over random group elements, bias moves and a head permutation."""
+    """max |Y(moved) - Y| / max |Y| over random group elements, bias moves, QK-norm moves and a head permutation."""
     gen, params, x = _point(spec, seed, seq_len, device)
     y = forward(params, x, spec)
     moved = [sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5)) for _ in range(n_elements)]
-    if spec.shift_invariant and spec.has_bias("k") and spec.rope_dims < spec.head_dim:
+    if spec.has_qk_norm:
+        moved += [sym.random_qk_norm_move(params, spec, gen, scale=0.5) for _ in range(n_elements)]
+    if spec.shift_invariant and spec.has_bias("k") and spec.rope_dims < spec.head_dim and not spec.has_qk_norm:
         delta = torch.randn(spec.kv_heads, spec.head_dim, generator=gen, dtype=torch.float64)
         delta[:, : spec.rope_dims] = 0.0
         moved.append(sym.shift_key_bias(params, spec, delta))
@@ -101,3 +104,36 @@ def key_bias_gradient_ratio(spec: AttentionSpec, *, seed: int = 0, seq_len: int 
     params = {name: p.clone().requires_grad_() for name, p in params.items()}
     forward(params, x, spec).pow(2).sum().backward()
     return float(params["b_K"].grad.abs().max()) / float(params["b_Q"].grad.abs().max())
+
+
+@dataclass(frozen=True)
+class WeakSpectrum:
+    """The relative singular values around a QK-norm's weakly identified directions (full SVD of the Jacobian).
+
+    With P parameters, u unidentified (exact count) and k weakly identified, the Jacobian should have
+    rank r = P - u: ``weak`` are t_{r-k+1} .. t_r (the k directions eps makes visible), ``strong`` is
+    t_{r-k} (the smallest of the rest) and ``dropped`` t_{r+1} (round-off), all relative to t_1.
+    ``nullity`` is the rank rule's decision, which equals u only while ``weak`` clears its zero tolerance.
+    """
+
+    spec: AttentionSpec
+    weak: tuple[float, ...]
+    strong: float
+    dropped: float
+    nullity: int
+    clear: bool
+
+
+def weak_spectrum(spec: AttentionSpec, *, seed: int = 0, seq_len: int | None = None,
+                  device: torch.device | str = "cpu") -> WeakSpectrum:
+    """The spectrum around the weakly identified directions at ``verify``'s point and inputs (SVD route)."""
+    from .counts import count
+
+    c = count(spec)
+    if c.unidentified is None or not c.weakly_identified:
+        raise ValueError("weak_spectrum needs a covered layout with weakly identified directions (a QK-norm, eps > 0)")
+    decision = numeric_rank(spec, seed=seed, seq_len=seq_len, method="svd", device=device).decision
+    rel = decision.relative.tolist()
+    r, k = c.total - c.unidentified, c.weakly_identified
+    return WeakSpectrum(spec, tuple(rel[r - k:r]), rel[r - k - 1], rel[r] if r < len(rel) else 0.0, decision.nullity,
+                        decision.clear)

@@ -1,5 +1,8 @@
 """Command line: ``attnid count``, ``attnid verify`` and ``attnid census`` (also ``python -m attnid``).
 
+``attnid count --config PATH`` counts a whole model from its Hugging Face config.json (a file or
+a folder holding one, read offline; ``attnid.hfconfig``): per layer type and for all layers.
+
 Exit codes:
 
 * 0: success (for verify: the numeric nullity matches the exact count, or there is no exact
@@ -12,7 +15,8 @@ Exit codes:
 
 Every numeric flag is checked against stated bounds before any work (see ``--help``):
 widths and head counts 1 to 1,000,000, ``--seq-len`` 2 to 4096, ``--seed`` 0 to 2**63 - 1,
-``--rope-fraction`` in [0, 1], ``--rope-base`` in [1 + 1e-6, 1e12], ``--max-memory`` positive.
+``--rope-fraction`` in [0, 1], ``--rope-base`` in [1 + 1e-6, 1e12], ``--qk-norm-eps`` in [0, 1],
+``--window`` and ``--chunk`` 1 to 2**31 - 1, ``--max-memory`` positive.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import torch
 
 from .counts import Count, count
 from .runtime import MAX_SEED
-from .spec import MAX_ROPE_BASE, MIN_ROPE_BASE, NORMS, AttentionSpec, format_base
+from .spec import (DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, MAX_ROPE_BASE, MIN_ROPE_BASE, NORMS, QK_NORMS, AttentionSpec,
+                   format_base)
 from .verify import MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
@@ -42,6 +47,8 @@ MAX_WIDTH = 1_000_000
 # longer ones (an input of n tokens costs H n^2 scores per batched tangent); 4096 is far above the
 # default rule's 32 and already costs a one-head layout gigabytes (d_model 4: 8 GiB in forward mode).
 MAX_SEQ_LEN = 4096
+# Sliding windows: any positive width a 32-bit config field can hold (published: 128 to 131072).
+MAX_WINDOW = 2**31 - 1
 # --max-memory's default: this share of the machine's memory (physical RAM or the cgroup limit).
 MEMORY_SHARE = 0.5
 _SIZE_UNITS = {"": 2**30, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
@@ -55,7 +62,8 @@ EPILOG = f"""exit codes:
   {EXIT_OUT_OF_MEMORY}  verify ran out of memory all the same
 bounds: --d-model, --heads, --kv-heads, --head-dim, --v-head-dim 1 to {MAX_WIDTH:,};
   --seq-len {MIN_SEQ_LEN} to {MAX_SEQ_LEN}; --seed 0 to 2**63 - 1; --rope-fraction 0 to 1;
-  --rope-base {format_base(MIN_ROPE_BASE)} to {MAX_ROPE_BASE:g}; --max-memory above 0"""
+  --rope-base {format_base(MIN_ROPE_BASE)} to {MAX_ROPE_BASE:g}; --qk-norm-eps 0 to {MAX_QK_NORM_EPS:g};
+  --window and --chunk 1 to 2**31 - 1; --max-memory above 0"""
 
 
 def _shown(text: str) -> str:
@@ -142,9 +150,14 @@ WIDTH = bounded_int(1, MAX_WIDTH)
 _ROPE_BASE_TEXT = (format_base(MIN_ROPE_BASE), f"{MAX_ROPE_BASE:g}")
 
 
-def _add_layout_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--d-model", type=WIDTH, required=True, help=f"model width d (1 to {MAX_WIDTH:,})")
-    p.add_argument("--heads", type=WIDTH, required=True, help=f"query heads H (1 to {MAX_WIDTH:,})")
+def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
+    """The layout flags; with ``config`` also --config, and --d-model and --heads are then checked in _main."""
+    if config:
+        p.add_argument("--config", default=None, metavar="PATH",
+                       help="count a whole model from its Hugging Face config.json (a file, or a folder holding one; "
+                            "read offline) instead of the layout flags")
+    p.add_argument("--d-model", type=WIDTH, required=not config, help=f"model width d (1 to {MAX_WIDTH:,})")
+    p.add_argument("--heads", type=WIDTH, required=not config, help=f"query heads H (1 to {MAX_WIDTH:,})")
     p.add_argument("--kv-heads", type=WIDTH, default=None, help="key/value heads G (divides H; default H)")
     p.add_argument("--head-dim", type=WIDTH, default=None, help="query/key width d_k per head (default d/H)")
     p.add_argument("--v-head-dim", type=WIDTH, default=None, help="value width d_v per head (default d/H)")
@@ -157,6 +170,20 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--norm", choices=NORMS, default="softmax", help="score normalisation (default softmax)")
     p.add_argument("--sink", choices=("fixed", "learned"), default="fixed",
                    help="with --norm sink: logit fixed at 0 or learned per head (default fixed)")
+    p.add_argument("--qk-norm", choices=QK_NORMS, default="none",
+                   help="RMSNorm with a learned weight on queries and keys, before RoPE: over each head's d_k entries "
+                        "with one weight for all heads (shared: Qwen3, Gemma 3) or one per head (per-head), or over the "
+                        "whole projection width (full: OLMo-2), or per head without a weight (unweighted: Llama 4); "
+                        "default none")
+    p.add_argument("--qk-norm-eps", type=bounded_float(0.0, MAX_QK_NORM_EPS, "0", f"{MAX_QK_NORM_EPS:g}"),
+                   default=DEFAULT_QK_NORM_EPS,
+                   help=f"the QK-norm's epsilon, 0 to {MAX_QK_NORM_EPS:g} (default {DEFAULT_QK_NORM_EPS:g}, Qwen3's "
+                        "rms_norm_eps; with 0 each head's query and key scale is unidentified)")
+    p.add_argument("--window", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
+                   help="causal sliding window of W keys: query i sees keys i - W < j <= i (needs --causal)")
+    p.add_argument("--chunk", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
+                   help="chunked causal attention, chunks of C tokens: query i sees keys j <= i of its own chunk "
+                        "(needs --causal; Llama 4)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -183,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnid", description="Count the parameters an attention layout cannot identify.",
                      **common)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _add_layout_flags(sub.add_parser("count", help="exact counts for a layout", **common))
+    _add_layout_flags(sub.add_parser("count", help="exact counts for a layout, or a model's config.json", **common),
+                      config=True)
     v = sub.add_parser("verify", help="exact counts and the numeric Jacobian nullity", **common)
     _add_layout_flags(v)
     v.add_argument("--seq-len", type=bounded_int(MIN_SEQ_LEN, MAX_SEQ_LEN), default=None,
@@ -206,7 +234,10 @@ def _census_lines(rows: list) -> list[str]:
         r = row.record()
         unid = "n/a" if r["unidentified_per_layer"] is None else f"{r['unidentified_per_layer']:,}"
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.5f}"
-        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"]
+        extra = ([f"QK-norm {r['qk_norm']}"] if "qk_norm" in r else []) + (
+            [f"{'window' if r['window'] else 'chunks'} {r['window'] or r['chunk']} on {r['masked_layers']} of "
+             f"{r['layers']} layers"] if "masked_layers" in r else [])
+        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"] + extra
                           + [u.replace("_", " ") + ("" if u == "sliding_window" else " (not covered)")
                              for u in r["uncovered"]])
         lines.append(f"{r['model']:14s} {r['layers']:6d} {r['parameters_per_layer']:13,} {unid:>12s} {ratio:>9s} "
@@ -235,16 +266,22 @@ def run_census(args: argparse.Namespace) -> int:
 def spec_from_args(args: argparse.Namespace) -> AttentionSpec:
     if args.sink == "learned" and args.norm != "sink":
         raise ValueError("--sink learned needs --norm sink")
+    if args.window is not None and not args.causal:
+        raise ValueError("--window needs --causal (a sliding window of W keys: query i sees keys i - W < j <= i)")
+    if args.chunk is not None and not args.causal:
+        raise ValueError("--chunk needs --causal (query i sees keys j <= i of its own chunk)")
     return AttentionSpec.create(
         d_model=args.d_model, heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
         v_head_dim=args.v_head_dim, bias=args.bias, rope_fraction=args.rope_fraction, rope_base=args.rope_base,
-        causal=args.causal, norm=args.norm, sink_learned=args.sink == "learned",
+        causal=args.causal, norm=args.norm, sink_learned=args.sink == "learned", qk_norm=args.qk_norm,
+        qk_norm_eps=args.qk_norm_eps, window=args.window, chunk=args.chunk,
     )
 
 
 def count_record(c: Count) -> dict[str, Any]:
     return {"layout": c.spec.to_dict(), "total": c.total, "unidentified": c.unidentified, "ratio": c.ratio,
-            "breakdown": c.breakdown, "covered": c.covered, "note": c.note}
+            "breakdown": c.breakdown, "covered": c.covered, "note": c.note,
+            "weakly_identified": c.weakly_identified}
 
 
 def verify_record(v: Verification) -> dict[str, Any]:
@@ -261,19 +298,64 @@ def _count_lines(c: Count) -> list[str]:
     else:
         lines.append(f"unidentified: {c.unidentified} (ratio {c.ratio:.6g})")
         lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.breakdown.items()))
+    if c.weakly_identified:
+        lines.append(f"weakly identified: {c.weakly_identified} (each head's query and key scale, seen only through "
+                     f"the QK-norm's eps = {c.spec.qk_norm_eps:g}; unidentified with eps = 0)")
     return lines
+
+
+def _config_lines(m: Any) -> list[str]:
+    """The text report of ``attnid count --config``."""
+    kinds = ", ".join(f"{g.layers} {g.kind}" for g in m.groups)
+    lines = [f"config: {m.source} (model_type {m.model_type})", f"layers: {m.layers} ({kinds})"]
+    for g in m.groups:
+        lines.append(f"{g.kind} x{g.layers}: {g.description}")
+        if not g.attention:
+            lines.append(f"  not counted: {g.note}")
+            continue
+        lines.append(f"  per layer: parameters {g.total:,}, unidentified "
+                     + ("n/a" if g.unidentified is None else f"{g.unidentified:,} (ratio {g.ratio:.6g})"))
+        if g.breakdown:
+            lines.append("    " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in g.breakdown.items()))
+        if g.weakly_identified:
+            lines.append(f"    weakly identified {g.weakly_identified:,} (directions the function sees only through the norms' eps: scales of the vectors a norm divides)")
+        if g.note:
+            lines.append(f"    {g.note}")
+    counted = sum(g.layers for g in m.counted)
+    whole = "n/a (a layer type has no exact count)" if m.unidentified is None else (
+        f"{m.unidentified:,} (ratio {m.ratio:.6g})")
+    lines.append(f"whole model ({counted} attention layers): parameters {m.total:,}, unidentified {whole}")
+    if m.weakly_identified:
+        lines.append(f"  weakly identified {m.weakly_identified:,}")
+    for i in m.ignored:
+        lines.append(f"ignored: {i.field} = {json.dumps(i.value)[:80]}: {i.why}")
+    return lines
+
+
+def run_config_count(args: argparse.Namespace) -> int:
+    from .hfconfig import model_count
+
+    result = model_count(args.config)
+    print(json.dumps(result.record()) if args.json else "\n".join(_config_lines(result)))
+    return EXIT_OK
 
 
 def _verify_lines(v: Verification) -> list[str]:
     d = v.decision
     verdict = {True: "yes", False: "NO", None: "no exact count to compare"}[v.matches]
-    return _count_lines(v.count) + [
+    lines = _count_lines(v.count) + [
         f"numeric: nullity {d.nullity} (rank {d.rank} of {d.n_params}, {d.n_rows} Jacobian rows from "
         f"{v.n_inputs} inputs of {v.seq_len} tokens, seed {v.seed})",
         f"  smallest kept {d.smallest_kept:.3e}, largest dropped {d.largest_dropped:.3e} (relative), "
         f"decision {'clear' if d.clear else 'NOT clear'}",
         f"matches: {verdict}",
     ]
+    c = v.count
+    if v.matches is False and c.weakly_identified and d.nullity == c.unidentified + c.weakly_identified:
+        lines.append(f"  the {c.weakly_identified} weakly identified directions (query/key scales, seen only through "
+                     f"eps = {c.spec.qk_norm_eps:g}) fall below the rank rule's zero tolerance: at this eps the "
+                     "numeric check sees the eps = 0 count; a larger eps separates them")
+    return lines
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -325,6 +407,18 @@ def _main(argv: list[str] | None) -> int:
             return run_census(args)
         except ValueError as exc:
             parser.exit(EXIT_USAGE, f"attnid census: error: {exc}\n")
+    if args.command == "count" and args.config is not None:
+        given = [f for f in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim") if getattr(args, f) is not None]
+        if given:
+            parser.exit(EXIT_USAGE, f"attnid count: error: --config reads the layout from the file; do not give "
+                                    f"{', '.join('--' + f.replace('_', '-') for f in given)} with it\n")
+        try:
+            return run_config_count(args)
+        except ValueError as exc:
+            parser.exit(EXIT_USAGE, f"attnid count: error: {_one_line(exc, 400)}\n")
+    if args.command == "count" and (args.d_model is None or args.heads is None):
+        missing = [f for f, v in (("--d-model", args.d_model), ("--heads", args.heads)) if v is None]
+        parser.exit(EXIT_USAGE, f"attnid count: error: the following arguments are required: {', '.join(missing)}\n")
     try:
         spec = spec_from_args(args)
     except (ValueError, TypeError) as exc:

@@ -22,6 +22,30 @@ Per key/value group g (m = H/G query heads share it), writing d for d_model:
   b_Q^h b_K^T / sqrt(d_k) (chapter 5). For d_k <= d_model the GL(d_k) orbit fixes that
   corner entry; for d_k > d_model the product has full rank, its corner entry is free, and
   each head's learned logit trades with it: one more direction per head.
+
+With a QK-norm (``spec.qk_norm``; chapter 7b) the query/key side is different. The norm
+divides each head's query (each token's whole query with 'full') by its root mean square, so
+of GL(d_k) only a positive scale of each head's [W_Q^h; b_Q^h], and of each [W_K^g; b_K^g],
+survives, and only when eps = 0: H + G directions ('full': one for all queries, one for all
+keys). With eps > 0 these directions are identified, but only through eps (weakly; their
+singular values are small). The learned norm weights enter the scores only through the
+products q_norm * k_norm per coordinate, which RoPE ties together on each rotated pair: a
+trade of r/2 + (d_k - r) dimensions, once ('shared') or per group ('per-head', 'full').
+Without a learned weight ('unweighted', Llama 4) nothing tells the coordinates apart, and an
+orthogonal change of basis commuting with RoPE survives instead of the trade: per group
+r/2 rotation angles and (d_k - r)(d_k - r - 1)/2 dimensions of SO(d_k - r).
+Every bias is identified, b_K included: it sits inside the norm. For d_k <= d_model (H d_k and
+G d_k <= d_model with 'full'; a normalised width of 1 with eps = 0 sees only a sign and is not
+covered) chapter 7b proves that these moves are unidentified and, at the level of each head's
+scores, that nothing else is; that the layer sees each head's scores is proved there for one
+head under plain softmax, and for several heads stated as a hypothesis that every numeric
+check confirms (``attnid verify``, tests/test_qk_norm.py).
+
+A sliding window (``spec.window``) changes no count when it is at least 3 keys wide, or 2
+without RoPE: every proof reads rows that see the keys at offsets 0, 1 and 2 (0 and 1
+without RoPE). Narrower windows are not covered (with w = 1 a softmax row sees one key).
+Chunks (``spec.chunk``) of at least 3 tokens (2 without RoPE) likewise: the proofs' first
+three positions lie in the first chunk.
 """
 
 from __future__ import annotations
@@ -105,6 +129,8 @@ class Count:
     unidentified: int | None
     breakdown: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    weakly_identified: int = 0
+    """Directions identified only through a QK-norm's eps > 0 (each head's query/key scale); 0 otherwise."""
 
     @property
     def covered(self) -> bool:
@@ -118,17 +144,87 @@ class Count:
 
 
 def total_parameters(spec: AttentionSpec) -> int:
-    """P = d (H d_k + G d_k + G d_v + H d_v) + the biases present + H learned sink logits."""
+    """P = d (H d_k + G d_k + G d_v + H d_v) + the biases present + H learned sink logits + the QK-norm weights."""
     d, h, g, dk, dv = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim
     total = d * (h * dk + g * dk + g * dv + h * dv)
     total += spec.has_bias("q") * h * dk + spec.has_bias("k") * g * dk + spec.has_bias("v") * g * dv
     total += spec.has_bias("o") * d + spec.sink_learned * h
-    return total
+    return total + qk_norm_parameters(spec)
+
+
+def qk_norm_parameters(spec: AttentionSpec) -> int:
+    """The QK-norm weights: 2 d_k shared, (H + G) d_k per head or over the full width, 0 without a norm."""
+    if not spec.has_qk_norm or spec.qk_norm == "unweighted":
+        return 0
+    return 2 * spec.head_dim if spec.qk_norm == "shared" else (spec.heads + spec.kv_heads) * spec.head_dim
+
+
+def qk_norm_not_covered(spec: AttentionSpec) -> str:
+    """Why the QK-norm count does not apply to this layout ('' when it does, or without a QK-norm)."""
+    if not spec.has_qk_norm:
+        return ""
+    d, dk = spec.d_model, spec.head_dim
+    if spec.qk_norm == "full":
+        if max(spec.heads, spec.kv_heads) * dk > d:
+            return (f"not covered: a QK-norm over the full width needs H d_k and G d_k <= d_model (here "
+                    f"{spec.heads * dk} and {spec.kv_heads * dk} against {d}): the proof needs the projections onto "
+                    "the whole normalised width")
+        widths = (spec.heads * dk, spec.kv_heads * dk)
+    else:
+        if dk > d:
+            return (f"not covered: QK-norm with head_dim {dk} > d_model {d} (the proof needs each head's "
+                    "projection onto all of R^d_k)")
+        widths = (dk,)
+    if spec.qk_norm_eps == 0 and min(widths) == 1:
+        return ("not covered: with eps = 0 a QK-norm over a single entry keeps only its sign, so the layer is not "
+                "differentiable in the query/key weights and its Jacobian does not measure the fiber")
+    return ""
+
+
+def window_not_covered(spec: AttentionSpec) -> str:
+    """Why the counts do not apply to this window or these chunks ('' when they do, or without either)."""
+    width = spec.window if spec.window is not None else spec.chunk
+    what = "window" if spec.window is not None else "chunks"
+    if width is None or width >= 3:
+        return ""
+    if width == 1:
+        return f"not covered: {what} of 1 key show each row only its own key (a softmax row then ignores its scores)"
+    if spec.rope_dims:
+        return (f"not covered: {what} of 2 keys with RoPE leave each row the offsets 0 and 1 only, where the fiber "
+                "can be larger (as with a causal mask and two tokens, chapter 6)")
+    return ""
+
+
+def qk_norm_units(spec: AttentionSpec) -> int:
+    """Dimensions of the diagonal matrices commuting with RoPE: r/2 rotated pairs plus d_k - r unrotated coordinates."""
+    return spec.rope_dims // 2 + spec.head_dim - spec.rope_dims
+
+
+def qk_norm_trade(spec: AttentionSpec) -> int:
+    """Unidentified QK-norm weight directions: q_norm -> q_norm D, k_norm -> k_norm / D, once or per group."""
+    if spec.qk_norm == "unweighted":
+        return 0
+    return qk_norm_units(spec) * (1 if spec.qk_norm == "shared" else spec.kv_heads)
+
+
+def qk_norm_rotations(spec: AttentionSpec) -> int:
+    """'unweighted' only: per group, the orthogonal matrices commuting with RoPE: r/2 + (d_k - r)(d_k - r - 1)/2."""
+    if spec.qk_norm != "unweighted":
+        return 0
+    free = spec.head_dim - spec.rope_dims
+    return spec.kv_heads * (spec.rope_dims // 2 + free * (free - 1) // 2)
+
+
+def qk_norm_scales(spec: AttentionSpec) -> int:
+    """The positive scales of the query and key projections a QK-norm cannot see: H + G ('full': 2)."""
+    return 2 if spec.qk_norm == "full" else spec.heads + spec.kv_heads
 
 
 def query_key_unidentified(spec: AttentionSpec) -> int | None:
     """Unidentified dimensions of the query/key weights (and b_Q) of all groups; None if not covered."""
     d, m, dk, r = spec.d_model, spec.group_size, spec.head_dim, spec.rope_dims
+    if spec.has_qk_norm:  # the scales of the projections, exact only with eps = 0
+        return None if qk_norm_not_covered(spec) else (0 if spec.qk_norm_eps > 0 else qk_norm_scales(spec))
     if r:
         if dk > d:
             return None
@@ -146,13 +242,13 @@ def sink_corner_trade(spec: AttentionSpec) -> int:
     (d_k <= d_model) the rest of the product fixes the corner; at full rank (d_k > d_model,
     no RoPE) nothing does (chapter 5, theorem on sinks and sigmoid).
     """
-    full_rank = spec.head_dim > spec.d_model and not spec.rope_dims
+    full_rank = spec.head_dim > spec.d_model and not spec.rope_dims and not spec.has_qk_norm
     return spec.heads if spec.sink_learned and spec.has_bias("q") and spec.has_bias("k") and full_rank else 0
 
 
 def key_bias_unidentified(spec: AttentionSpec) -> int:
-    """b_K coordinates that never change the output: all unrotated ones, under plain softmax only."""
-    if not spec.has_bias("k") or not spec.shift_invariant:
+    """b_K coordinates that never change the output: all unrotated ones, under plain softmax without a QK-norm only."""
+    if not spec.has_bias("k") or not spec.shift_invariant or spec.has_qk_norm:
         return 0
     return spec.kv_heads * (spec.head_dim - spec.rope_dims)
 
@@ -177,13 +273,21 @@ def count(spec: AttentionSpec) -> Count:
     total = total_parameters(spec)
     qk = query_key_unidentified(spec)
     if qk is None:
-        note = (f"not covered: RoPE with head_dim {spec.head_dim} > d_model {spec.d_model} "
-                "(the commutant argument needs the query/key factors to have full column rank)")
+        note = qk_norm_not_covered(spec) or (
+            f"not covered: RoPE with head_dim {spec.head_dim} > d_model {spec.d_model} "
+            "(the commutant argument needs the query/key factors to have full column rank)")
         return Count(spec, total, None, {}, note)
-    breakdown = {
-        "query_key": qk,
+    if window_not_covered(spec):
+        return Count(spec, total, None, {}, window_not_covered(spec))
+    breakdown = {"query_key": qk}
+    if spec.qk_norm == "unweighted":
+        breakdown["rotations"] = qk_norm_rotations(spec)
+    elif spec.has_qk_norm:
+        breakdown["norm_weights"] = qk_norm_trade(spec)
+    breakdown.update({
         "key_bias": key_bias_unidentified(spec),
         "value_output": value_output_unidentified(spec),
         "value_bias": value_bias_unidentified(spec),
-    }
-    return Count(spec, total, sum(breakdown.values()), breakdown)
+    })
+    weak = qk_norm_scales(spec) if spec.has_qk_norm and spec.qk_norm_eps > 0 else 0
+    return Count(spec, total, sum(breakdown.values()), breakdown, weakly_identified=weak)

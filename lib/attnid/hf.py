@@ -1,6 +1,7 @@
 """Cross-checks against attention modules we did not write: the `transformers` implementations.
 
-For a family (GPT-2, Llama, Qwen2, GPT-NeoX, gpt-oss) ``build`` makes a small configuration,
+For a family (GPT-2, Llama, Qwen2, GPT-NeoX, gpt-oss, and with QK-norm Qwen3, Gemma 3 and
+OLMo-2) ``build`` makes a small configuration,
 instantiates that family's real attention module with random float64 weights, and returns it
 with two converters between its weights and ``attnid``'s named parameters. With them a
 chapter or a test can check, on code written by others, that
@@ -12,11 +13,22 @@ chapter or a test can check, on code written by others, that
 Every module gets an explicit additive causal mask, so the masking is the same in both
 implementations, and runs its softmax in float64 (see ``SOFTMAX_IN_FLOAT64``). Nothing is
 downloaded: only configuration classes and module code from the installed package are used.
+
+The QK-norm families (``QK_NORM_FAMILIES``) are checked to float64 precision. Their RMSNorm
+modules cast to float32 (``hidden_states.to(torch.float32)``, ``x.float()``), which would make
+every comparison a float32 one and hide the weakly identified directions (relative singular
+values near 1e-8) in float32 noise. So their modules run inside ``float64_kept()``, which makes
+``Tensor.to(torch.float32)`` and ``Tensor.float()`` leave float64 tensors alone for the duration
+(their code, with the downcast skipped), and they get RoPE tables computed in float64 by
+``attnid.rope.rope_tables`` (the same rotate-half formula as their rotary modules, whose float32
+tables agree to about 1e-7). A sliding window's mask comes from transformers' own
+``sliding_window_causal_mask_function``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +37,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .spec import AttentionSpec, Params
 
-FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss")
+FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss", "qwen3", "gemma3", "olmo2")
+# Families whose attention normalises queries and keys, and the variant (attnid's qk_norm) each uses.
+QK_NORM_FAMILIES = {"qwen3": "shared", "gemma3": "shared", "olmo2": "full"}
+# The eps of each QK-norm family's configuration class (rms_norm_eps defaults in transformers).
+QK_NORM_EPS = {"qwen3": 1e-6, "gemma3": 1e-6, "olmo2": 1e-5}
+# Families whose configuration has sliding-window layers (the window is then checked too).
+WINDOW_FAMILIES = ("qwen3", "gemma3", "gpt_oss")
 # The eager attention of Llama, Qwen2 and GPT-NeoX computes its softmax in float32 even in a float64
 # model, which breaks the exact shift invariance that makes the key bias dead (to ~1e-8). Their SDPA
 # path stays in the model's dtype, so those families run through it. GPT-2's eager path and gpt-oss's
@@ -53,15 +71,65 @@ class HFLayer:
         """The module's output for X of shape (batch, n, d) with the given weights (functional, differentiable).
 
         SDPA is pinned to its math backend (plain matmuls and softmax in the input's dtype), which
-        torch.func can batch; the fused CPU kernel has no batching rule for its backward.
+        torch.func can batch; the fused CPU kernel has no batching rule for its backward. The
+        QK-norm families run inside ``float64_kept()`` (module docstring).
         """
-        with sdpa_kernel(SDPBackend.MATH):
+        with sdpa_kernel(SDPBackend.MATH), (float64_kept() if self.family in QK_NORM_FAMILIES else _nothing()):
             return functional_call(self.module, dict(weights), (x,), self.forward_kwargs(x), strict=True)[0]
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@contextmanager
+def float64_kept() -> Iterator[None]:
+    """While active, ``Tensor.to(torch.float32)`` and ``Tensor.float()`` leave a float64 tensor in float64.
+
+    transformers' RMSNorm modules compute in float32 whatever the model's dtype; inside this context
+    their own code runs with that one cast skipped, so a float64 module stays float64 end to end.
+    Tensors of any other dtype are converted as usual. Not thread-safe: it patches ``torch.Tensor``.
+    """
+    original_to, original_float = torch.Tensor.to, torch.Tensor.float
+
+    def to(self: torch.Tensor, *args, **kwargs):  # noqa: ANN202 - torch's signature
+        if self.dtype == torch.float64:
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs["dtype"] = torch.float64
+        return original_to(self, *args, **kwargs)
+
+    def to_float(self: torch.Tensor, *args, **kwargs):  # noqa: ANN202
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.float = to, to_float
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float = original_to, original_float
 
 
 def causal_mask(n: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask (1, 1, n, n): 0 on and below the diagonal, -inf above."""
     return torch.full((n, n), float("-inf"), dtype=dtype).triu(1)[None, None]
+
+
+def window_mask(n: int, window: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask (1, 1, n, n) of transformers' own sliding_window_causal_mask_function(window): 0 where allowed."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    i = torch.arange(n)
+    allowed = sliding_window_causal_mask_function(window)(torch.tensor(0), torch.tensor(0), i[:, None], i[None, :])
+    return torch.zeros(n, n, dtype=dtype).masked_fill(~allowed, float("-inf"))[None, None]
+
+
+def float64_rope(x: torch.Tensor, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of shape (batch, n, d_k) for positions 0..n-1 in float64 (rotate-half layout, all of d_k rotated)."""
+    from .rope import rope_tables
+
+    cos, sin = rope_tables(x.shape[-2], spec.head_dim, spec.rope_base, torch.float64, x.device)
+    return cos[None].expand(x.shape[0], -1, -1), sin[None].expand(x.shape[0], -1, -1)
 
 
 def _split_heads(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -126,9 +194,97 @@ def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator,
 
     def forward_kwargs(x: torch.Tensor) -> dict:
         positions = torch.arange(x.shape[-2])[None].expand(x.shape[0], -1)
-        return {"position_embeddings": rotary(x, positions), "attention_mask": causal_mask(x.shape[-2], x.dtype)}
+        n = x.shape[-2]
+        mask = causal_mask(n, x.dtype) if spec.window is None else window_mask(n, spec.window, x.dtype)
+        return {"position_embeddings": rotary(x, positions), "attention_mask": mask}
 
     return HFLayer(family, module, spec, to_attnid, from_attnid, forward_kwargs)
+
+
+def _qk_norm_family(family: str, spec: AttentionSpec, generator: torch.Generator, attention_path: str) -> HFLayer:
+    """Qwen3, Gemma 3, OLMo-2: q/k/v/o projections (nn.Linear) and q_norm, k_norm RMSNorm modules.
+
+    Qwen3 and Gemma 3 normalise each head's d_k entries with one weight vector for all heads
+    (Gemma 3 stores the weight as w with multiplier 1 + w); OLMo-2 normalises the whole projection
+    width with one weight per entry. The norm weights are drawn around one, as ``init_params`` does.
+    """
+    from transformers import Gemma3TextConfig, Olmo2Config, Qwen3Config
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
+
+    kind = "sliding_attention" if spec.window is not None else "full_attention"
+    common = dict(hidden_size=spec.d_model, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
+                  head_dim=spec.head_dim, num_hidden_layers=1, rms_norm_eps=spec.qk_norm_eps,
+                  attention_bias=spec.bias == "qkvo", attn_implementation=attention_path)
+    rope = {"rope_type": "default", "rope_theta": spec.rope_base}
+    if family == "qwen3":
+        config = Qwen3Config(**common, rope_parameters=rope, layer_types=[kind], use_sliding_window=spec.window is not None,
+                             sliding_window=spec.window, max_window_layers=0)
+        module = Qwen3Attention(config, 0)
+    elif family == "gemma3":
+        config = Gemma3TextConfig(**common, query_pre_attn_scalar=spec.head_dim, layer_types=[kind],
+                                  sliding_window=spec.window or 4096, rope_parameters={kind: rope})
+        module = Gemma3Attention(config, 0)
+    else:
+        config = Olmo2Config(**common, rope_parameters=rope)
+        module = Olmo2Attention(config, 0)
+    module = _randomise(module, generator, spec.d_model**-0.5)
+    offset = 1.0 if family == "gemma3" else 0.0  # Gemma 3 multiplies by 1 + weight
+    with torch.no_grad():
+        for norm in (module.q_norm, module.k_norm):
+            # gamma in [0.6, 1.9]: then gamma - 1 is exact and 1 + (gamma - 1) gives gamma back (Sterbenz)
+            gamma = (1 + 0.3 * torch.randn(norm.weight.shape, generator=generator, dtype=torch.float64)).clamp(0.6, 1.9)
+            norm.weight.copy_(gamma - offset)
+    base = _linear_maps(spec)
+
+    def to_attnid(w: Params) -> dict[str, torch.Tensor]:
+        out = base[0](w)
+        q, k = w["q_norm.weight"] + offset, w["k_norm.weight"] + offset
+        if spec.qk_norm == "full":
+            q, k = q.reshape(spec.heads, spec.head_dim), k.reshape(spec.kv_heads, spec.head_dim)
+        out["q_norm"], out["k_norm"] = q, k
+        return out
+
+    def from_attnid(p: Params) -> dict[str, torch.Tensor]:
+        out = base[1](p)
+        out["q_norm.weight"] = p["q_norm"].reshape(-1) - offset
+        out["k_norm.weight"] = p["k_norm"].reshape(-1) - offset
+        return out
+
+    def forward_kwargs(x: torch.Tensor) -> dict:
+        n = x.shape[-2]
+        mask = causal_mask(n, x.dtype) if spec.window is None else window_mask(n, spec.window, x.dtype)
+        return {"position_embeddings": float64_rope(x, spec), "attention_mask": mask}
+
+    return HFLayer(family, module, spec, to_attnid, from_attnid, forward_kwargs)
+
+
+def _linear_maps(spec: AttentionSpec) -> tuple[Callable[[Params], dict[str, torch.Tensor]], Callable[[Params], dict[str, torch.Tensor]]]:
+    """Weight maps of q_proj, k_proj, v_proj, o_proj (nn.Linear, y = x W^T + b) to attnid's names and back."""
+
+    def to_attnid(w: Params) -> dict[str, torch.Tensor]:
+        out = {"W_Q": _split_heads(w["q_proj.weight"].T, spec.heads), "W_K": _split_heads(w["k_proj.weight"].T, spec.kv_heads),
+               "W_V": _split_heads(w["v_proj.weight"].T, spec.kv_heads),
+               "W_O": w["o_proj.weight"].T.reshape(spec.heads, spec.v_head_dim, spec.d_model)}
+        for letter, name, heads in (("q", "q_proj", spec.heads), ("k", "k_proj", spec.kv_heads), ("v", "v_proj", spec.kv_heads)):
+            if spec.has_bias(letter):
+                out[f"b_{letter.upper()}"] = w[f"{name}.bias"].reshape(heads, -1)
+        if spec.has_bias("o"):
+            out["b_O"] = w["o_proj.bias"]
+        return out
+
+    def from_attnid(p: Params) -> dict[str, torch.Tensor]:
+        out = {"q_proj.weight": _merge_heads(p["W_Q"]).T, "k_proj.weight": _merge_heads(p["W_K"]).T,
+               "v_proj.weight": _merge_heads(p["W_V"]).T, "o_proj.weight": p["W_O"].reshape(-1, spec.d_model).T}
+        for letter, name in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj")):
+            if spec.has_bias(letter):
+                out[f"{name}.bias"] = p[f"b_{letter.upper()}"].reshape(-1)
+        if spec.has_bias("o"):
+            out["o_proj.bias"] = p["b_O"]
+        return out
+
+    return to_attnid, from_attnid
 
 
 def _randomise(module: torch.nn.Module, generator: torch.Generator, scale: float) -> torch.nn.Module:
@@ -201,20 +357,32 @@ def _gpt_neox(spec: AttentionSpec, generator: torch.Generator, attention_path: s
 # GPT-2 has no RoPE (its learned positions are added outside the layer); Llama, Qwen2 and gpt-oss rotate
 # the whole head (their apply_rotary_pos_emb has no pass-through part); GPT-NeoX rotates any even share.
 NO_GQA = ("gpt2", "gpt_neox")
-FIXED_ROPE_FRACTION = {"gpt2": 0.0, "llama": 1.0, "qwen2": 1.0, "gpt_oss": 1.0}
+FIXED_ROPE_FRACTION = {"gpt2": 0.0, "llama": 1.0, "qwen2": 1.0, "gpt_oss": 1.0, "qwen3": 1.0, "gemma3": 1.0, "olmo2": 1.0}
 
 
 def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_dim: int = 4,
-                rope_fraction: float | None = None) -> AttentionSpec:
+                rope_fraction: float | None = None, qk_norm_eps: float | None = None, window: int | None = None,
+                bias: str | None = None) -> AttentionSpec:
     """The attnid layout of a family's attention at a small size (biases and normalisation as in the family).
 
     ``kv_heads`` defaults to ``heads``; ``rope_fraction`` defaults to the family's own (0 for GPT-2,
     1 for Llama, Qwen2, gpt-oss and GPT-NeoX). A value the family's transformers module cannot have
     (grouped key/values for GPT-2 or GPT-NeoX; a RoPE share other than the fixed one for the rest)
-    is refused with a ValueError naming the argument and the family, never silently ignored.
+    is refused with a ValueError naming the argument and the family, never silently ignored. For the
+    QK-norm families ``qk_norm_eps`` defaults to the configuration class's rms_norm_eps and ``bias``
+    may be 'none' (their default) or 'qkvo' (attention_bias=True); ``window`` gives a sliding-window
+    layer where the family has them (Qwen3, Gemma 3, gpt-oss).
     """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if qk_norm_eps is not None and family not in QK_NORM_FAMILIES:
+        raise ValueError(f"qk_norm_eps is not available for family {family}: its attention has no QK-norm")
+    if window is not None and family not in WINDOW_FAMILIES:
+        raise ValueError(f"window={window} is not available for family {family}: its configuration has no "
+                         f"sliding-window layers (families with them: {', '.join(WINDOW_FAMILIES)})")
+    if bias is not None and (family not in QK_NORM_FAMILIES or bias not in ("none", "qkvo")):
+        raise ValueError(f"bias={bias!r} is not available for family {family}: only the QK-norm families take "
+                         "'none' or 'qkvo' (attention_bias)")
     kv = heads if kv_heads is None else kv_heads
     if family in NO_GQA and kv != heads:
         raise ValueError(f"kv_heads={kv} is not available for family {family}: its transformers module has one "
@@ -227,6 +395,11 @@ def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_d
         raise ValueError(f"rope_fraction={rope_fraction} is not available for family {family}: its transformers "
                          f"module {what} (rope_fraction must be {fixed})")
     d = heads * head_dim
+    if family in QK_NORM_FAMILIES:
+        eps = QK_NORM_EPS[family] if qk_norm_eps is None else qk_norm_eps
+        return AttentionSpec.create(d, heads, kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim, bias=bias or "none",
+                                    rope_fraction=rope_fraction, causal=True, qk_norm=QK_NORM_FAMILIES[family],
+                                    qk_norm_eps=eps, window=window)
     if family == "gpt2":
         return AttentionSpec.create(d, heads, bias="qkvo", causal=True)
     if family == "gpt_neox":
@@ -234,7 +407,8 @@ def family_spec(family: str, heads: int = 2, kv_heads: int | None = None, head_d
     bias = {"llama": "none", "qwen2": "qkv", "gpt_oss": "qkvo"}[family]
     norm = "sink" if family == "gpt_oss" else "softmax"
     return AttentionSpec.create(d, heads, kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim, bias=bias,
-                                rope_fraction=rope_fraction, causal=True, norm=norm, sink_learned=family == "gpt_oss")
+                                rope_fraction=rope_fraction, causal=True, norm=norm, sink_learned=family == "gpt_oss",
+                                window=window)
 
 
 def build(family: str, spec: AttentionSpec, seed: int = 0, attention_path: str = SOFTMAX_IN_FLOAT64) -> HFLayer:
@@ -249,6 +423,8 @@ def build(family: str, spec: AttentionSpec, seed: int = 0, attention_path: str =
     if attention_path not in ATTENTION_PATHS:
         raise ValueError(f"attention_path must be one of {', '.join(ATTENTION_PATHS)}, got {attention_path!r}")
     generator = torch.Generator().manual_seed(seed)
+    if family in QK_NORM_FAMILIES:
+        return _qk_norm_family(family, spec, generator, attention_path)
     if family == "gpt2":
         return _gpt2(spec, generator)
     if family == "gpt_neox":
@@ -288,6 +464,8 @@ def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 
     params = layer.to_attnid(weights)
     same = float((forward(params, x, spec) - y).abs().max()) / scale
     moved = sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5))
+    if spec.has_qk_norm:
+        moved = sym.random_qk_norm_move(moved, spec, gen, scale=0.5)
     symmetry_change = float((layer.output(layer.from_attnid(moved), x) - y).abs().max()) / scale
     basis = sym.orbit_tangent(params, spec)
     _, across = sym.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)

@@ -4,8 +4,10 @@
     sink:     A_ij = exp(S_ij) / (exp(s_h) + sum_l exp(S_il))   (one logit s_h per head, denominator only)
     sigmoid:  A_ij = 1 / (1 + exp(-S_ij))
 
-With a causal mask, keys j > i are removed from row i (weight exactly 0). A leaf module: it
-imports nothing from ``attnid``.
+With a causal mask, keys j > i are removed from row i (weight exactly 0); a sliding window of
+w keys (always causal) removes the keys j <= i - w as well, so row i sees i - w < j <= i; chunks
+of c tokens (always causal) remove the keys of earlier chunks. A leaf module: it imports
+nothing from ``attnid``.
 """
 
 from __future__ import annotations
@@ -22,15 +24,37 @@ def causal_mask(n: int, device: torch.device | str) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
-def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None) -> torch.Tensor:
+def window_mask(n: int, window: int, device: torch.device | str) -> torch.Tensor:
+    """(n, n) boolean, True where row i may not look: keys j > i, and keys j <= i - window."""
+    offsets = torch.arange(n, device=device)[:, None] - torch.arange(n, device=device)[None, :]  # i - j
+    return (offsets < 0) | (offsets >= window)
+
+
+def chunk_mask(n: int, chunk: int, device: torch.device | str) -> torch.Tensor:
+    """(n, n) boolean, True where row i may not look: keys j > i, and keys of an earlier chunk of ``chunk`` tokens."""
+    i = torch.arange(n, device=device)
+    return (i[None, :] > i[:, None]) | (i[None, :] // chunk != i[:, None] // chunk)
+
+
+def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None,
+                      window: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """Scores (..., n, n) -> weights of the same shape.
 
     ``sink`` holds one logit per score matrix, broadcastable to ``scores.shape[:-2]`` (for
     scores (..., H, n, n) a tensor of shape (H,)); with ``norm='sink'`` and no sink the logit is 0.
+    ``window`` (with ``causal``): row i sees only the keys i - window < j <= i; ``chunk`` (with
+    ``causal``): only the keys j <= i with floor(j / chunk) = floor(i / chunk).
     """
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}")
-    mask = causal_mask(scores.shape[-1], scores.device) if causal else None
+    if (window is not None or chunk is not None) and not causal:
+        raise ValueError("a sliding window or chunked attention needs causal=True")
+    if window is not None:
+        mask = window_mask(scores.shape[-1], window, scores.device)
+    elif chunk is not None:
+        mask = chunk_mask(scores.shape[-1], chunk, scores.device)
+    else:
+        mask = causal_mask(scores.shape[-1], scores.device) if causal else None
     if norm == "sigmoid":
         weights = torch.sigmoid(scores)
         return weights.masked_fill(mask, 0.0) if mask is not None else weights

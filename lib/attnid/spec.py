@@ -7,6 +7,26 @@ four biases exist, rotary position embeddings (RoPE) on the first r of the d_k
 dimensions, a causal mask, and how scores are normalised (softmax, softmax with a sink
 logit in the denominator, or an elementwise sigmoid). ``Params``, the type of a point in
 parameter space, lives here too.
+
+Three features of recent models are optional fields whose defaults give the layer of the
+earlier chapters (every count and output of a layout without them is unchanged):
+
+* ``qk_norm``: an RMSNorm with a learned weight on the queries and the keys, after the
+  projections' biases and before RoPE. ``"shared"``: over each head's d_k entries, one
+  weight vector for all query heads and one for all key heads (Qwen3, Gemma 3);
+  ``"per-head"``: the same with one weight vector per head; ``"full"``: one norm over the
+  whole projection width, H d_k entries for the queries and G d_k for the keys, one weight
+  per entry (OLMo-2); ``"unweighted"``: over each head's d_k entries with no learned weight
+  (Llama 4's L2 norm, which it applies after RoPE; RoPE keeps the norm, so before or after
+  is the same function). ``qk_norm_eps`` is the norm's epsilon, RMSNorm(u) =
+  u / sqrt(mean(u^2) + eps) * weight; its default, 1e-6, is Qwen3's (``rms_norm_eps`` of
+  transformers' Qwen3Config, also Gemma 3's).
+* ``window``: a causal sliding window of w keys: query i sees the keys j with
+  i - w < j <= i (Mistral, the local layers of Gemma 2 and 3 and gpt-oss; the convention
+  of transformers' ``sliding_window``). It needs ``causal=True``.
+* ``chunk``: chunked causal attention with chunks of c tokens: query i sees the keys j <= i
+  in its own chunk, floor(j / c) = floor(i / c) (Llama 4's ``attention_chunk_size``). It
+  needs ``causal=True`` and excludes ``window``.
 """
 
 from __future__ import annotations
@@ -22,6 +42,12 @@ import torch
 from .normalise import NORMS
 
 Norm = Literal["softmax", "sink", "sigmoid"]
+QKNorm = Literal["none", "shared", "per-head", "full", "unweighted"]
+QK_NORMS: tuple[str, ...] = ("none", "shared", "per-head", "full", "unweighted")
+# The default epsilon of a QK-norm: Qwen3's rms_norm_eps (transformers Qwen3Config; Gemma 3 uses the same).
+DEFAULT_QK_NORM_EPS = 1e-6
+# Epsilons a layout accepts: 0 (the exact scale invariance) up to 1, far above any published value (1e-6, 1e-5).
+MAX_QK_NORM_EPS = 1.0
 BIAS_LETTERS = "qkvo"
 # A point in parameter space: named tensors (the layer's W_Q, W_K, ..., or any model's).
 Params = Mapping[str, torch.Tensor]
@@ -105,6 +131,10 @@ class AttentionSpec:
     causal: bool = False
     norm: Norm = "softmax"
     sink_learned: bool = False
+    qk_norm: QKNorm = "none"
+    qk_norm_eps: float = DEFAULT_QK_NORM_EPS
+    window: int | None = None
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int("d_model", self.d_model)
@@ -130,6 +160,21 @@ class AttentionSpec:
             raise ValueError(f"sink_learned needs norm='sink', got norm={self.norm!r}")
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be True or False, got {self.causal!r}")
+        if not isinstance(self.qk_norm, str) or self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}; got {self.qk_norm!r}")
+        eps = _real("qk_norm_eps", self.qk_norm_eps)
+        if not 0.0 <= eps <= MAX_QK_NORM_EPS:  # also refuses NaN
+            raise ValueError(f"qk_norm_eps must lie in [0, {MAX_QK_NORM_EPS:g}], got {eps!r}")
+        if self.window is not None:
+            _positive_int("window", self.window)
+            if not self.causal:
+                raise ValueError("a sliding window needs causal=True (query i sees keys i - window < j <= i)")
+        if self.chunk is not None:
+            _positive_int("chunk", self.chunk)
+            if not self.causal:
+                raise ValueError("chunked attention needs causal=True (query i sees keys j <= i of its own chunk)")
+            if self.window is not None:
+                raise ValueError("give a sliding window or chunks, not both")
 
     @classmethod
     def create(
@@ -146,6 +191,10 @@ class AttentionSpec:
         causal: bool = False,
         norm: str = "softmax",
         sink_learned: bool = False,
+        qk_norm: str = "none",
+        qk_norm_eps: float = DEFAULT_QK_NORM_EPS,
+        window: int | None = None,
+        chunk: int | None = None,
     ) -> "AttentionSpec":
         """Build a spec with defaults: kv_heads = heads, head widths d_model / heads, RoPE from a fraction."""
         _real("rope_fraction", rope_fraction)
@@ -175,6 +224,10 @@ class AttentionSpec:
             causal=causal,
             norm=norm,  # type: ignore[arg-type]
             sink_learned=sink_learned,
+            qk_norm=qk_norm,  # type: ignore[arg-type]
+            qk_norm_eps=float(_real("qk_norm_eps", qk_norm_eps)),
+            window=window,
+            chunk=chunk,
         )
 
     @property
@@ -196,6 +249,11 @@ class AttentionSpec:
         return self.norm == "softmax"
 
     @property
+    def has_qk_norm(self) -> bool:
+        """Whether queries and keys pass through an RMSNorm (any of the QK-norm variants)."""
+        return self.qk_norm != "none"
+
+    @property
     def kind(self) -> str:
         """'MHA', 'GQA' or 'MQA'."""
         if self.kv_heads == self.heads:
@@ -206,22 +264,33 @@ class AttentionSpec:
         """One line naming every field."""
         rope = f"rope={self.rope_dims}/{self.head_dim} base={format_base(self.rope_base)}" if self.rope_dims else "rope=none"
         norm = self.norm + (" (learned)" if self.sink_learned else " (fixed 0)" if self.norm == "sink" else "")
+        extra = (f" qk_norm={self.qk_norm} eps={self.qk_norm_eps:g}" if self.has_qk_norm else "") + (
+            f" window={self.window}" if self.window is not None else "") + (
+            f" chunk={self.chunk}" if self.chunk is not None else "")
         return (
             f"d_model={self.d_model} heads={self.heads} kv_heads={self.kv_heads} ({self.kind}) "
             f"head_dim={self.head_dim} v_head_dim={self.v_head_dim} bias={self.bias or 'none'} {rope} "
-            f"norm={norm} causal={'yes' if self.causal else 'no'}"
+            f"norm={norm} causal={'yes' if self.causal else 'no'}{extra}"
         )
 
     def label(self) -> str:
         """A short label for tables and legends: width, heads, RoPE and biases (no commas)."""
         rope = f"RoPE {self.rope_dims}/{self.head_dim}" if self.rope_dims else "no RoPE"
         extra = "" if self.norm == "softmax" else f" {self.norm}"
+        if self.has_qk_norm:
+            extra += f" QK-norm {self.qk_norm} eps={self.qk_norm_eps:g}"
+        if self.window is not None:
+            extra += f" window {self.window}"
+        if self.chunk is not None:
+            extra += f" chunk {self.chunk}"
         return f"d={self.d_model} H={self.heads} G={self.kv_heads} {rope} bias={self.bias or 'none'}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for JSON)."""
+        """The fields as a plain dict (for JSON); qk_norm_eps is null without a QK-norm, window and chunk without one."""
         out = asdict(self)
         out["bias"] = self.bias or "none"
+        if not self.has_qk_norm:
+            out["qk_norm_eps"] = None
         return out
 
 

@@ -13,6 +13,16 @@ Under plain softmax two more moves exist: any shift of the unrotated coordinates
 and the trade b_V^g -> b_V^g + u, b_O -> b_O - sum_{h in g} u W_O^h. Permuting heads (whole
 groups, and query heads inside a group) is a finite symmetry.
 
+With a QK-norm (``spec.qk_norm``, chapter 7b) the query/key moves are different, and
+``move_qk_norm`` makes them: a positive scale c_h of each head's [W_Q^h; b_Q^h] and c_g of each
+[W_K^g; b_K^g] (with 'full', one scale for all queries and one for all keys), a symmetry only
+when eps = 0; and the trade q_norm -> q_norm D, k_norm -> k_norm D^-1 with D positive diagonal
+and equal on each rotated pair (i, i + r/2), once for the shared weights or per group. The
+'unweighted' norm (no learned weight) has no trade; instead an orthogonal change of basis O_g
+commuting with RoPE moves the group's [W_Q^h; b_Q^h] and [W_K^g; b_K^g] alike (``rotations``). The
+GL(d_k) moves, the key-bias shift, the conserved quantities and the balancing below are for
+layouts without a QK-norm and refuse the others; the value side is unchanged.
+
 The tangent space of the orbit is spanned by the derivatives of these moves at the
 identity; ``orbit_tangent`` returns an orthonormal basis of it in the flattened
 parameter space of ``attnid.jacobian.flatten``.
@@ -66,11 +76,17 @@ def in_commutant(m: torch.Tensor, spec: AttentionSpec) -> bool:
 
 
 def random_group_element(spec: AttentionSpec, generator: torch.Generator, scale: float = 0.3) -> GroupElement:
-    """I + scale * (random element of the Lie algebra), per group: invertible for small scale."""
+    """I + scale * (random element of the Lie algebra), per group: invertible for small scale.
+
+    With a QK-norm the query/key part is the identity (GL(d_k) is no symmetry there; see
+    ``random_qk_norm_move``) and only the value/output part is drawn.
+    """
     g, dk, dv = spec.kv_heads, spec.head_dim, spec.v_head_dim
     basis = lie_algebra_basis(spec)
     coeffs = torch.randn(g, basis.shape[0], generator=generator, dtype=torch.float64)
     qk = torch.eye(dk, dtype=torch.float64) + scale * torch.einsum("gn,nab->gab", coeffs, basis)
+    if spec.has_qk_norm:
+        qk = torch.eye(dk, dtype=torch.float64).expand(g, dk, dk).clone()
     vo = torch.eye(dv, dtype=torch.float64) + scale * torch.randn(g, dv, dv, generator=generator, dtype=torch.float64)
     return GroupElement(qk, vo)
 
@@ -89,7 +105,12 @@ def _check_element(element: GroupElement, spec: AttentionSpec) -> None:
         if not is_invertible(sv):
             cond = sv[..., 0] / sv[..., -1]
             raise ValueError(f"{name} matrices must be invertible (condition numbers {cond.tolist()})")
-    if spec.rope_dims:
+    if spec.has_qk_norm:
+        eye = torch.eye(dk, dtype=element.query_key.dtype, device=element.query_key.device)
+        if not torch.equal(element.query_key, eye.expand(g, dk, dk)):
+            raise ValueError("with a QK-norm the query/key matrices must be the identity: GL(d_k) is no symmetry of "
+                             "this layout (its moves are move_qk_norm's scales and norm-weight trades)")
+    elif spec.rope_dims:
         for i, m in enumerate(element.query_key):
             if not in_commutant(m, spec):
                 raise ValueError(f"query_key[{i}] does not commute with the RoPE rotations: not a symmetry of this layout")
@@ -127,10 +148,116 @@ def _require_softmax(spec: AttentionSpec, what: str) -> None:
         raise ValueError(f"{what} is a symmetry only under plain softmax; this layout uses norm={spec.norm!r}")
 
 
+def _refuse_qk_norm(spec: AttentionSpec, what: str) -> None:
+    if spec.has_qk_norm:
+        raise ValueError(f"{what} is derived for layouts without a QK-norm; this layout has qk_norm={spec.qk_norm!r}")
+
+
+def qk_norm_units(spec: AttentionSpec) -> list[list[int]]:
+    """The coordinates a QK-norm trade must scale together: each rotated pair [i, i + r/2], then each unrotated [a]."""
+    half = spec.rope_dims // 2
+    return [[i, i + half] for i in range(half)] + [[a] for a in range(spec.rope_dims, spec.head_dim)]
+
+
+def orthogonal_commutant_basis(spec: AttentionSpec) -> torch.Tensor:
+    """Basis (n, d_k, d_k) of the antisymmetric matrices commuting with RoPE: J on each rotated pair, so(d_k - r) beyond."""
+    dk, r = spec.head_dim, spec.rope_dims
+    basis = [m for m in lie_algebra_basis(spec)[: r] if torch.equal(m, -m.T)]  # the a I + b J blocks: keep the J ones
+    for a in range(r, dk):
+        for b in range(a + 1, dk):
+            unit = torch.zeros(dk, dk, dtype=torch.float64)
+            unit[a, b], unit[b, a] = 1.0, -1.0
+            basis.append(unit)
+    return torch.stack(basis) if basis else torch.zeros(0, dk, dk, dtype=torch.float64)
+
+
+def move_qk_norm(params: Params, spec: AttentionSpec, *, query_scales: torch.Tensor | None = None,
+                 key_scales: torch.Tensor | None = None, trade: torch.Tensor | None = None,
+                 rotations: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The QK-norm moves: scale the projections, trade the norm weights. Invisible exactly when the docstring says.
+
+    ``query_scales`` (H,) multiplies each head's W_Q^h and b_Q^h, ``key_scales`` (G,) each W_K^g and b_K^g
+    (with 'full' shapes (1,): all heads together); both must be positive, and they are symmetries only
+    with eps = 0 (ValueError otherwise). ``trade`` holds positive factors, one per unit of ``qk_norm_units``
+    (shape (units,) for 'shared', (G, units) otherwise): q_norm is multiplied and k_norm divided by them,
+    per group for the group's query heads and its key head. ``rotations`` ('unweighted' only), shape
+    (G, n) with n the size of ``orthogonal_commutant_basis``: O_g = exp(sum_i c_gi A_i) multiplies the
+    group's [W_Q^h; b_Q^h] and [W_K^g; b_K^g] on the right.
+    """
+    check_params(params, spec)
+    if not spec.has_qk_norm:
+        raise ValueError("move_qk_norm needs a layout with a QK-norm (qk_norm 'shared', 'per-head' or 'full')")
+    out = dict(params)
+    n_q, n_k = (1, 1) if spec.qk_norm == "full" else (spec.heads, spec.kv_heads)
+    for name, scales, count, weight, bias in (("query_scales", query_scales, n_q, "W_Q", "b_Q"),
+                                              ("key_scales", key_scales, n_k, "W_K", "b_K")):
+        if scales is None:
+            continue
+        if spec.qk_norm_eps != 0:
+            raise ValueError(f"{name}: scaling the projections is a symmetry only with qk_norm_eps = 0, "
+                             f"this layout has {spec.qk_norm_eps:g}")
+        scales = scales.to(params[weight])
+        if tuple(scales.shape) != (count,) or not bool((scales > 0).all()):
+            raise ValueError(f"{name} must be {count} positive numbers, got shape {tuple(scales.shape)}")
+        per_head = scales.expand(params[weight].shape[0])
+        out[weight] = params[weight] * per_head[:, None, None]
+        if bias in params:
+            out[bias] = params[bias] * per_head[:, None]
+    if rotations is not None:
+        basis = orthogonal_commutant_basis(spec).to(params["W_Q"])
+        if spec.qk_norm != "unweighted" or tuple(rotations.shape) != (spec.kv_heads, basis.shape[0]):
+            raise ValueError(f"rotations need qk_norm 'unweighted' and shape ({spec.kv_heads}, {basis.shape[0]})")
+        turn = torch.linalg.matrix_exp(torch.einsum("gn,nab->gab", rotations.to(params["W_Q"]), basis))
+        per_head = _head_groups(spec)
+        out["W_Q"], out["W_K"] = out["W_Q"] @ turn[per_head], out["W_K"] @ turn
+        if "b_Q" in params:
+            out["b_Q"] = (out["b_Q"][:, None, :] @ turn[per_head])[:, 0]
+        if "b_K" in params:
+            out["b_K"] = (out["b_K"][:, None, :] @ turn)[:, 0]
+    if trade is not None:
+        if spec.qk_norm == "unweighted":
+            raise ValueError("an unweighted QK-norm has no weights to trade")
+        units = qk_norm_units(spec)
+        shape = (len(units),) if spec.qk_norm == "shared" else (spec.kv_heads, len(units))
+        trade = trade.to(params["q_norm"])
+        if tuple(trade.shape) != shape or not bool((trade > 0).all()):
+            raise ValueError(f"trade must be positive factors of shape {shape}, got {tuple(trade.shape)}")
+        factor = torch.ones(*shape[:-1], spec.head_dim, dtype=trade.dtype, device=trade.device)
+        for u, coords in enumerate(units):
+            factor[..., coords] = trade[..., u : u + 1]
+        if spec.qk_norm == "shared":
+            out["q_norm"], out["k_norm"] = params["q_norm"] * factor, params["k_norm"] / factor
+        else:
+            out["q_norm"] = params["q_norm"] * factor[_head_groups(spec)]
+            out["k_norm"] = params["k_norm"] / factor
+    return out
+
+
+def random_qk_norm_move(params: Params, spec: AttentionSpec, generator: torch.Generator,
+                        scale: float = 0.3) -> dict[str, torch.Tensor]:
+    """A random ``move_qk_norm``: factors exp(scale N(0, 1)); the projection scales only where eps = 0."""
+    def draw(*shape: int) -> torch.Tensor:
+        return (scale * torch.randn(*shape, generator=generator, dtype=torch.float64)).exp()
+
+    n_units = len(qk_norm_units(spec))
+    moves: dict[str, torch.Tensor] = {}
+    if spec.qk_norm == "unweighted":
+        n_gen = orthogonal_commutant_basis(spec).shape[0]
+        moves["rotations"] = scale * torch.randn(spec.kv_heads, n_gen, generator=generator, dtype=torch.float64)
+    else:
+        moves["trade"] = draw(n_units) if spec.qk_norm == "shared" else draw(spec.kv_heads, n_units)
+    if spec.qk_norm_eps == 0:
+        n_q, n_k = (1, 1) if spec.qk_norm == "full" else (spec.heads, spec.kv_heads)
+        moves.update(query_scales=draw(n_q), key_scales=draw(n_k))
+    return move_qk_norm(params, spec, **moves)
+
+
 def shift_key_bias(params: Params, spec: AttentionSpec, delta: torch.Tensor) -> dict[str, torch.Tensor]:
     """b_K -> b_K + delta, delta (G, d_k) zero on the rotated coordinates: invisible under plain softmax."""
     check_params(params, spec)
     _require_softmax(spec, "shifting the key bias")
+    if spec.has_qk_norm:
+        raise ValueError("shifting the key bias is no symmetry with a QK-norm: the bias sits inside the norm")
     if "b_K" not in params:
         raise ValueError("this layout has no key bias (bias flag without 'k')")
     if tuple(delta.shape) != tuple(params["b_K"].shape):
@@ -172,6 +299,8 @@ def permute_heads(params: Params, spec: AttentionSpec, perm: list[int]) -> dict[
     for name in ("W_K", "W_V", "b_K", "b_V"):
         if name in params:
             out[name] = params[name][groups]
+    if spec.has_qk_norm and spec.qk_norm not in ("shared", "unweighted"):  # per-head norm weights move with their heads
+        out["q_norm"], out["k_norm"] = params["q_norm"][heads], params["k_norm"][groups]
     return out
 
 
@@ -184,14 +313,19 @@ def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tup
 
     Labels: 'query_key/g' and 'value_output/g' (the GL(d_k) and GL(d_v) factors of group g),
     'key_bias/g' (shifts of b_K^g), 'value_bias/g' (the b_V^g, b_O trade), 'value_bias' (b_V
-    directions the layer cannot see when it has no b_O).
+    directions the layer cannot see when it has no b_O). With a QK-norm, instead of
+    'query_key/g' and 'key_bias/g': 'norm_weights/g' (or 'norm_weights' for shared weights),
+    the trades of ``move_qk_norm``, and with eps = 0 'query_scale/h' and 'key_scale/g'
+    ('query_scale' and 'key_scale' with 'full').
     """
     check_params(params, spec)
     directions: list[tuple[str, dict[str, torch.Tensor]]] = []
     per_head = _head_groups(spec).tolist()
+    if spec.has_qk_norm:
+        directions += _qk_norm_directions(params, spec)
     for g in range(spec.kv_heads):
         heads = [h for h in range(spec.heads) if per_head[h] == g]
-        for a in lie_algebra_basis(spec).to(params["W_Q"]):
+        for a in ([] if spec.has_qk_norm else lie_algebra_basis(spec).to(params["W_Q"])):
             d = _zeros_like(params)
             d["W_Q"][heads] = params["W_Q"][heads] @ a
             d["W_K"][g] = -params["W_K"][g] @ a.T
@@ -210,7 +344,7 @@ def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tup
                 if "b_V" in params:
                     d["b_V"][g] = params["b_V"][g] @ b
                 directions.append((f"value_output/{g}", d))
-        if spec.shift_invariant and "b_K" in params:
+        if spec.shift_invariant and "b_K" in params and not spec.has_qk_norm:
             for i in range(spec.rope_dims, spec.head_dim):
                 d = _zeros_like(params)
                 d["b_K"][g, i] = 1.0
@@ -223,6 +357,50 @@ def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tup
                 directions.append((f"value_bias/{g}", d))
     if spec.shift_invariant and "b_V" in params and "b_O" not in params:
         directions += [("value_bias", d) for d in _value_bias_null_directions(params, spec)]
+    return directions
+
+
+def _qk_norm_directions(params: Params, spec: AttentionSpec) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """The derivatives of ``move_qk_norm`` at the identity, labelled (see ``labelled_tangent_directions``)."""
+    directions: list[tuple[str, dict[str, torch.Tensor]]] = []
+    units = qk_norm_units(spec)
+    groups = [None] if spec.qk_norm == "shared" else list(range(spec.kv_heads))
+    per_head = _head_groups(spec)
+    if spec.qk_norm == "unweighted":
+        groups = []  # no weights to trade; the rotations instead
+        for g in range(spec.kv_heads):
+            heads = per_head == g
+            for a in orthogonal_commutant_basis(spec).to(params["W_Q"]):
+                d = _zeros_like(params)
+                d["W_Q"][heads] = params["W_Q"][heads] @ a
+                d["W_K"][g] = params["W_K"][g] @ a
+                if "b_Q" in params:
+                    d["b_Q"][heads] = params["b_Q"][heads] @ a
+                if "b_K" in params:
+                    d["b_K"][g] = params["b_K"][g] @ a
+                directions.append((f"rotations/{g}", d))
+    for g in groups:
+        for coords in units:
+            d = _zeros_like(params)
+            if g is None:
+                d["q_norm"][coords] = params["q_norm"][coords]
+                d["k_norm"][coords] = -params["k_norm"][coords]
+            else:
+                heads = per_head == g
+                for c in coords:
+                    d["q_norm"][heads, c] = params["q_norm"][heads, c]
+                    d["k_norm"][g, c] = -params["k_norm"][g, c]
+            directions.append(("norm_weights" if g is None else f"norm_weights/{g}", d))
+    if spec.qk_norm_eps != 0:
+        return directions
+    full = spec.qk_norm == "full"
+    for weight, bias, label, n in (("W_Q", "b_Q", "query_scale", spec.heads), ("W_K", "b_K", "key_scale", spec.kv_heads)):
+        for h in [slice(None)] if full else range(n):
+            d = _zeros_like(params)
+            d[weight][h] = params[weight][h]
+            if bias in params:
+                d[bias][h] = params[bias][h]
+            directions.append((label if full else f"{label}/{h}", d))
     return directions
 
 
@@ -328,6 +506,7 @@ def conserved_quantities(params: Params, spec: AttentionSpec) -> tuple[torch.Ten
     Noether's argument: the loss is invariant along the orbit, so the gradient is orthogonal to
     every tangent direction, and that orthogonality is exactly d/dt C = 0 under gradient flow.
     """
+    _refuse_qk_norm(spec, "the conservation of C_QK")
     gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return project_commutant(gram_q - gram_k, spec), gram_v - gram_o
 
@@ -373,6 +552,7 @@ def balancing_element(params: Params, spec: AttentionSpec) -> GroupElement:
     M = (P^-1 # Q)^(1/2) with # the matrix geometric mean, blockwise on the RoPE commutant.
     """
     check_params(params, spec)
+    _refuse_qk_norm(spec, "balancing")
     gram_q, gram_k, gram_v, gram_o = grams(params, spec)
     return GroupElement(_balancing_query_key(gram_q, gram_k, spec), _balancing_matrix(gram_v, gram_o))
 

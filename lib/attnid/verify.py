@@ -349,12 +349,16 @@ def orbit_generator_count(spec: AttentionSpec) -> tuple[int, int]:
 
     Per group: the commutant basis (r + (d_k - r)^2 matrices), d_v^2 value/output generators,
     d_k - r key-bias shifts and d_v value-bias trades where plain softmax allows them; without
-    b_O at most G d_v value-bias directions in all. Arithmetic only: nothing is allocated.
+    b_O at most G d_v value-bias directions in all. With a QK-norm, instead of the commutant and
+    the key-bias shifts: m + 1 projection scales and r/2 + d_k - r norm-weight trades per group
+    (an upper bound for every variant). Arithmetic only: nothing is allocated.
     """
     dk, dv, r = spec.head_dim, spec.v_head_dim, spec.rope_dims
-    commutant = r + (dk - r) ** 2
+    commutant = 0 if spec.has_qk_norm else r + (dk - r) ** 2
     per_group = commutant + dv * dv
-    if spec.shift_invariant and spec.has_bias("k"):
+    if spec.has_qk_norm:  # QK-norm: per-head scales and norm-weight trades instead of the commutant
+        per_group += spec.group_size + 1 + (r // 2 + dk - r) + (dk - r) ** 2
+    if spec.shift_invariant and spec.has_bias("k") and not spec.has_qk_norm:
         per_group += dk - r
     if spec.shift_invariant and spec.has_bias("v") and spec.has_bias("o"):
         per_group += dv

@@ -1,0 +1,246 @@
+"""Whole-model counts from a Hugging Face config.json: published configs, every family, the registry, bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnid.cli import main
+from attnid.hfconfig import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
+from attnid.spec import AttentionSpec
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+REQUIRED_TYPES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "gpt2", "gpt_neox",
+                  "falcon", "olmo2", "gpt_oss", "bert"}
+
+
+def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(list(args)))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def test_llama_3_8b_from_its_published_config(capsys: pytest.CaptureFixture) -> None:
+    # Derived here from the published numbers, not from the library: d = 4096, H = 32 query heads, G = 8
+    # key/value heads, d_k = d_v = d / H = 128, full RoPE (r = 128), no biases, 32 layers.
+    d, h, g, dk, layers = 4096, 32, 8, 128, 32
+    params = d * (h * dk) + d * (g * dk) + d * (g * dk) + (h * dk) * d  # W_Q, W_K, W_V, W_O
+    # Per group one matrix commuting with every RoPE rotation (r = 128 dimensions: one a I + b J per pair,
+    # 2 * 64 = 128) and one GL(d_v) for the value/output product (128^2): G (r + d_v^2).
+    unidentified = g * (dk + dk * dk)
+    assert (params, unidentified) == (41_943_040, 132_096)
+
+    m = model_count(FIXTURES / "llama-3-8b")
+    (group,) = m.groups
+    assert (group.kind, group.layers, group.total, group.unidentified) == ("full_attention", 32, params, unidentified)
+    assert (m.total, m.unidentified) == (layers * params, layers * unidentified)
+    assert group.spec == AttentionSpec.create(d, h, kv_heads=g, rope_fraction=1.0, rope_base=500000.0, causal=True)
+    assert m.ignored == []  # rope_scaling is null: nothing to ignore
+
+    code, out, _ = run(capsys, "count", "--config", str(FIXTURES / "llama-3-8b" / "config.json"))
+    assert code == 0
+    assert "per layer: parameters 41,943,040, unidentified 132,096" in out
+    assert "whole model (32 attention layers): parameters 1,342,177,280, unidentified 4,227,072" in out
+
+
+def test_qwen3_8b_from_its_published_config(capsys: pytest.CaptureFixture) -> None:
+    d, h, g, dk, layers = 4096, 32, 8, 128, 36
+    params = 2 * d * h * dk + 2 * d * g * dk + 2 * dk  # projections, plus q_norm and k_norm (shared, d_k each)
+    # eps = 1e-6 > 0: the norm sees the projections' scale; what stays unidentified is the trade of the shared
+    # norm weights (one factor per rotated pair: r/2 = 64) and the value side, G d_v^2.
+    unidentified = dk // 2 + g * dk * dk
+    weak = h + g  # each head's query/key scale, identified only through eps
+    code, out, _ = run(capsys, "count", "--config", str(FIXTURES / "qwen3-8b"), "--json")
+    assert code == 0
+    record = json.loads(out)
+    (group,) = record["groups"]
+    assert group["parameters_per_layer"] == params == 41_943_296
+    assert group["unidentified_per_layer"] == unidentified == 131_136
+    assert group["weakly_identified_per_layer"] == weak
+    assert group["layout_fields"]["qk_norm"] == "shared" and group["layout_fields"]["qk_norm_eps"] == 1e-6
+    assert record["layers"] == layers and record["parameters_all_layers"] == layers * params
+    assert record["unidentified_all_layers"] == layers * unidentified
+    assert record["ignored"] == []
+
+
+def test_folder_and_file_paths_give_the_same_count() -> None:
+    assert model_count(FIXTURES / "qwen3-8b").record()["groups"] == \
+        model_count(FIXTURES / "qwen3-8b" / "config.json").record()["groups"]
+
+
+def test_registry_covers_the_census_families() -> None:
+    assert REQUIRED_TYPES <= set(supported_types())
+    assert {"deepseek_v2", "deepseek_v3", "kimi_k2"} <= set(MAPPERS)  # multi-head latent attention, via attnid.mla
+
+
+def test_unknown_model_type_is_exit_2_naming_the_supported_ones(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 5120}))  # a state-space model: no attention
+    code, out, err = run(capsys, "count", "--config", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "model_type \"mamba\" is not supported; supported: " in err and "qwen3" in err and "llama" in err
+
+
+def test_a_plugged_in_mapper_is_used(tmp_path: Path) -> None:
+    class FakeCount:  # another family's count: anything with total, unidentified and breakdown
+        total, unidentified, breakdown = 100, 7, {"latent": 7}
+
+    def fake(cfg: Config) -> list[LayerGroup]:
+        return [LayerGroup.from_count("full_attention", cfg.layers(), None, FakeCount(), "a fake layout")]
+
+    register("fake_mla", fake)
+    try:
+        m = count_config({"model_type": "fake_mla", "num_hidden_layers": 3, "kv_lora_rank": 512})
+        assert (m.total, m.unidentified) == (300, 21)
+        assert [i.field for i in m.ignored] == ["kv_lora_rank"]  # an attention field the mapper never read
+    finally:
+        MAPPERS.pop("fake_mla")
+
+
+def test_ignored_fields_are_listed_never_dropped() -> None:
+    cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}  # as Llama 3.1 ships
+    cfg["attn_new_feature"] = 3
+    m = count_config(cfg)
+    fields = {i.field: i.why for i in m.ignored}
+    assert "RoPE scaling" in fields["rope_scaling"]
+    assert fields["attn_new_feature"] == "not read by the llama mapper"
+    assert "vocab_size" in m.not_attention and "vocab_size" not in fields
+    assert m.unidentified == 32 * 132_096  # the counts do not change
+
+
+def test_local_and_global_layers_are_counted_per_layer_type() -> None:
+    import transformers
+
+    gemma3 = transformers.Gemma3TextConfig().to_dict()  # defaults only: 26 layers, five local to one global
+    m = count_config(gemma3)
+    by_kind = {g.kind: g for g in m.groups}
+    assert by_kind["sliding_attention"].layers == 22 and by_kind["full_attention"].layers == 4
+    local, full = by_kind["sliding_attention"].spec, by_kind["full_attention"].spec
+    assert local.window == 4096 and full.window is None
+    assert (local.rope_base, full.rope_base) == (10000.0, 1_000_000.0)
+    assert local.qk_norm == full.qk_norm == "shared"
+    # a window this wide does not change the count: local and global layers count the same
+    assert by_kind["sliding_attention"].unidentified == by_kind["full_attention"].unidentified
+    assert m.unidentified == sum(g.unidentified * g.layers for g in m.groups)
+    assert any(i.field == "query_pre_attn_scalar" for i in m.ignored)
+
+
+def test_layers_without_attention_are_counted_apart() -> None:
+    cfg = json.loads((FIXTURES / "qwen3-8b" / "config.json").read_text())
+    cfg["layer_types"] = ["full_attention"] * 27 + ["linear_attention"] * 9
+    m = count_config(cfg)
+    kinds = {g.kind: g for g in m.groups}
+    assert kinds["linear_attention"].layers == 9 and not kinds["linear_attention"].attention
+    assert kinds["linear_attention"].unidentified is None
+    assert m.unidentified == 27 * 131_136  # the whole-model count covers the attention layers it counts
+
+
+TRANSFORMERS_DEFAULTS = [
+    # (configuration class, what its defaults must map to: group kind -> (layers, selected spec fields))
+    ("LlamaConfig", {"full_attention": (32, dict(d_model=4096, heads=32, kv_heads=32, rope_dims=128, bias=""))}),
+    ("MistralConfig", {"sliding_attention": (32, dict(kv_heads=8, window=4096, rope_dims=128))}),
+    ("Qwen2Config", {"full_attention": (32, dict(bias="qkv", rope_dims=128, window=None))}),
+    ("Qwen3Config", {"full_attention": (32, dict(qk_norm="shared", qk_norm_eps=1e-6, head_dim=128))}),
+    ("Olmo2Config", {"full_attention": (32, dict(qk_norm="full", qk_norm_eps=1e-5, bias=""))}),
+    ("GemmaConfig", {"full_attention": (28, dict(d_model=3072, head_dim=256, rope_dims=256))}),
+    ("Gemma2Config", {"sliding_attention": (13, dict(window=4096, head_dim=256)),
+                      "full_attention": (13, dict(window=None))}),
+    ("GptOssConfig", {"sliding_attention": (18, dict(window=128, norm="sink", sink_learned=True, bias="qkvo")),
+                      "full_attention": (18, dict(window=None, rope_base=150000.0))}),
+    ("PhiConfig", {"full_attention": (24, dict(d_model=2048, rope_dims=32, bias="qkvo"))}),
+    ("GPTNeoXConfig", {"full_attention": (44, dict(d_model=6144, rope_dims=24, bias="qkvo"))}),
+    ("FalconConfig", {"full_attention": (32, dict(d_model=4544, heads=71, kv_heads=1, bias=""))}),
+    ("GPT2Config", {"full_attention": (12, dict(d_model=768, heads=12, rope_dims=0, bias="qkvo", causal=True))}),
+    ("BertConfig", {"full_attention": (12, dict(d_model=768, causal=False, bias="qkvo"))}),
+]
+
+
+@pytest.mark.parametrize(("config_class", "expected"), TRANSFORMERS_DEFAULTS, ids=[c for c, _ in TRANSFORMERS_DEFAULTS])
+def test_each_family_reads_the_configuration_transformers_writes(config_class: str, expected: dict) -> None:
+    import transformers
+
+    data = getattr(transformers, config_class)().to_dict()  # what save_pretrained would write; nothing downloaded
+    m = count_config(data, config_class)
+    groups = {g.kind: g for g in m.groups}
+    assert set(groups) == set(expected)
+    for kind, (layers, fields) in expected.items():
+        assert groups[kind].layers == layers
+        for name, value in fields.items():
+            assert getattr(groups[kind].spec, name) == value, (config_class, kind, name)
+    rope_params = [i for i in m.ignored if i.field in ("rope_parameters", "rope_scaling")]
+    assert bool(rope_params) == (config_class == "GptOssConfig")  # only gpt-oss ships a scaled RoPE (YaRN)
+
+
+def test_llama4_rope_and_nope_layers() -> None:
+    import transformers
+
+    m = count_config(transformers.Llama4Config().to_dict())  # Scout: 48 layers, every 4th without RoPE
+    groups = {g.kind: g for g in m.groups}
+    rope, nope = groups["chunked_attention"], groups["full_attention (no RoPE)"]
+    assert (rope.layers, nope.layers) == (36, 12)
+    assert rope.spec.qk_norm == "unweighted" and rope.spec.chunk == 8192 and rope.spec.rope_dims == 128
+    assert nope.spec.qk_norm == "none" and nope.spec.chunk is None and nope.spec.rope_dims == 0
+    # the census describes the same two layer types
+    from attnid.census import census, load_layouts
+
+    rows = {r.layout.key: r.record() for r in census(load_layouts())}
+    assert (rows["llama-4-scout"]["layers"], rows["llama-4-nope"]["layers"]) == (36, 12)
+    assert rows["llama-4-scout"]["unidentified_per_layer"] == rope.unidentified
+    assert rows["llama-4-nope"]["unidentified_per_layer"] == nope.unidentified
+    assert any(i.field == "attn_temperature_tuning" for i in m.ignored)
+
+
+def test_gemma2_soft_capping_is_reported_not_counted() -> None:
+    import transformers
+
+    m = count_config(transformers.Gemma2Config().to_dict())
+    assert m.unidentified is None
+    assert all("soft-capping" in g.note for g in m.groups)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{", "not valid JSON"),
+    ("[1, 2]", "top level must be a JSON object"),
+    (json.dumps({"model_type": "llama"}), "field 'hidden_size' is missing"),
+    (json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": "32", "num_hidden_layers": 2}),
+     "field 'num_attention_heads' must be a positive integer"),
+    (json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 2,
+                 "num_key_value_heads": 5}), "kv_heads 5 must divide heads 32"),
+    (json.dumps({"hidden_size": 8}), "no model_type is not supported"),
+])
+def test_bad_configs_are_one_line_exit_2(capsys: pytest.CaptureFixture, tmp_path: Path, content: str,
+                                         message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    code, out, err = run(capsys, "count", "--config", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_missing_file_and_mixed_flags(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "count", "--config", str(tmp_path))
+    assert code == 2 and "cannot read" in err
+    code, _, err = run(capsys, "count", "--config", str(FIXTURES / "qwen3-8b"), "--d-model", "8")
+    assert code == 2 and "do not give --d-model" in err
+
+
+def test_deepseek_v3_and_kimi_configs_are_counted_as_latent_attention() -> None:
+    # DeepSeek-V3's published widths: c = 512 (kv latent), c' = 1536 (query latent), H = 128, d_nope = d_v = 128, d_rope = 64.
+    # The latent rotations c(c+1)/2 and c'(c'+1)/2, per-head GL(d_nope) and GL(d_v), and the shared RoPE commutant d_rope
+    # (chapter 7c) give the count; eps > 0 leaves the two down-projection scales weakly identified.
+    from transformers import DeepseekV3Config
+
+    cfg = DeepseekV3Config().to_dict()
+    cfg["model_type"] = "deepseek_v3"
+    result = count_config(cfg, "DeepseekV3Config()")
+    (group,) = result.groups
+    c, cq, h, dn, dv, dr = 512, 1536, 128, 128, 128, 64
+    assert group.unidentified == c * (c + 1) // 2 + cq * (cq + 1) // 2 + h * (dn**2 + dv**2) + dr == 5_506_112
+    assert group.layers == cfg["num_hidden_layers"] and result.unidentified == group.layers * group.unidentified
+    assert group.weakly_identified == 2
+    assert all(i.field != "vocab_size" for i in result.ignored)  # not an attention field
+    kimi = {**cfg, "model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64, "rope_theta": 50000.0}
+    assert count_config(kimi).groups[0].unidentified == c * (c + 1) // 2 + cq * (cq + 1) // 2 + 64 * (dn**2 + dv**2) + dr
+    wrapped = {"model_type": "kimi_k25", "text_config": kimi, "vision_config": {}}
+    assert count_config(wrapped).groups[0].unidentified == count_config(kimi).groups[0].unidentified
