@@ -49,7 +49,7 @@ UNCOVERED = {
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
             "q_lora_rank, qk_nope_head_dim, qk_rope_head_dim) and attnid.mla counts it"),
     "sliding_window": ("counted as covered: a sliding window the layout does not describe with the window field "
-                       "(windows of 3 or more keys change no count, chapter 7b)"),
+                       "(windows of 3 or more keys change no count, chapter 8)"),
     "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
                           "which bends them; no theorem here covers it"),
 }
