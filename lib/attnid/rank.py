@@ -122,11 +122,12 @@ class RankDecision:
     kept_bound: float | None = None
     dropped_bound: float | None = None
     verified: "VerifiedBounds | None" = None
+    route: str = "certificate"
 
     @property
     def method(self) -> str:
-        """'svd' (full spectrum) or 'certificate' (proven bounds, see attnid.certify)."""
-        return "svd" if self.singular_values is not None else "certificate"
+        """'svd' (full spectrum), 'certificate' (proven bounds, see attnid.certify) or 'structured' (attnid.structured)."""
+        return "svd" if self.singular_values is not None else self.route
 
     @property
     def nullity(self) -> int:
@@ -174,7 +175,7 @@ class RankDecision:
     @property
     def clear(self) -> bool:
         """True when the rule's conditions (a) and (b) both hold (and, if certified, t_r > zero_tol >= t_{r+1})."""
-        if self.method == "certificate":
+        if self.singular_values is None:  # a certificate, dense or structured: bounds instead of a spectrum
             dropped_ok = self.rank == self.n_params or self.largest_dropped <= self.zero_tol
             if not (self.smallest_kept > self.zero_tol and dropped_ok):
                 return False

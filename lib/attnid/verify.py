@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from . import structured
 from .certify import JacobianError, certify_nullity, jacobian_error_estimate
 from .counts import Count, count
 from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
@@ -34,7 +35,7 @@ from .symmetry import orbit_tangent
 MIN_SEQ_LEN = 2
 MIN_CAUSAL_ROPE_SEQ_LEN = 3  # chapter 6: with a causal mask, RoPE needs two offsets one apart
 MAX_EXTRA_ROUNDS = 6
-METHODS = ("auto", "svd")
+METHODS = ("auto", "dense", "svd")
 FLOAT64_BYTES = 8
 
 
@@ -148,6 +149,19 @@ def _try_certificate(layer: Model, params: Params, inputs: list[torch.Tensor], b
     return certified if certified is not None and certified.clear else None
 
 
+def _try_structured(spec: AttentionSpec, params: Params, inputs: list[torch.Tensor],
+                    draw: Callable[[int], list[torch.Tensor]]) -> NumericRank | None:
+    """The structured certificate's attempts (``structured.ATTEMPTS``) on verify's inputs and more drawn after them."""
+    families = structured.orbit_families(params, spec)
+    pool = list(inputs)
+    for factor, gauge in structured.ATTEMPTS:
+        pool = pool + draw(factor * len(inputs) - len(pool))
+        decision = structured.certify_structured(params, pool, spec, families=families, gauge=gauge)
+        if decision is not None and decision.clear:
+            return NumericRank(decision, len(pool), stable=True)
+    return None
+
+
 def _accumulate(layer: Model, params: Params, inputs: list[torch.Tensor], basis: torch.Tensor | None, mode: Mode,
                 progress: bool) -> tuple[RankAccumulator, float]:
     """The inputs' Jacobian blocks folded into an accumulator, and ||J T||_F^2 (0 without an orbit basis T)."""
@@ -205,8 +219,11 @@ def numeric_rank(
     """Rank decision for the layer's Jacobian at a seeded random point on seeded random inputs.
 
     ``method``: 'svd' computes the full spectrum (adding inputs until the rank is stable);
-    'auto' first tries to certify that the null space is the orbit tangent (layouts with an
-    exact count only) and falls back to the SVD route when that cannot be proved.
+    'dense' first tries to certify that the null space is the orbit tangent from the Jacobian
+    itself (``attnid.certify``, layouts with an exact count only, with verified rounding bounds)
+    and falls back to the SVD route when that cannot be proved; 'auto' tries the structured
+    certificate (``attnid.structured``: softmax layouts without a QK-norm, no verified bounds,
+    far cheaper for wide layers) before the dense one.
     """
     seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, method)
     gen = generator(seed)  # draws, in order: the point, the first inputs, then each round's extra inputs
@@ -216,8 +233,13 @@ def numeric_rank(
     def layer(p: Params, x: torch.Tensor) -> torch.Tensor:
         return forward(p, x, spec)
 
-    basis = orbit_tangent(params, spec) if count(spec).covered else None
-    if method == "auto" and basis is not None:
+    covered = count(spec).covered
+    if method == "auto" and covered and structured.covers(spec) is None:
+        decided = _try_structured(spec, params, inputs, lambda k: _inputs(spec, gen, k, seq_len, device))
+        if decided is not None:
+            return decided
+    basis = orbit_tangent(params, spec) if covered else None
+    if method in ("auto", "dense") and basis is not None:
         certified = _try_certificate(layer, params, inputs, basis, mode, progress)
         if certified is not None:
             return NumericRank(certified, n_inputs, stable=True)
@@ -455,7 +477,7 @@ def estimate_resources(spec: AttentionSpec, seq_len: int | None = None, n_inputs
         if spec.shift_invariant and spec.has_bias("v") and not spec.has_bias("o"):
             bv = spec.kv_heads * spec.v_head_dim
             orbit += _gesdd_floats(d, bv, vectors=True) + bv * bv  # full_matrices: V^T is (G d_v)^2
-    certificate = max(2 * p * p + jac, 6 * p * p) + n_inputs * rows * k if c.covered and method == "auto" else 0
+    certificate = max(2 * p * p + jac, 6 * p * p) + n_inputs * rows * k if c.covered and method in ("auto", "dense") else 0
     svd = max((7 * p + 3 * rows) * p, 2 * p * p + (p + rows) * p + jac + rows * k)
     terms = {"live": live, "orbit": orbit, "jacobian": jac, "certificate": certificate, "svd": svd}
     terms_bytes = FLOAT64_BYTES * (live + max(orbit, certificate, svd))
