@@ -72,8 +72,11 @@ from .symmetry import labelled_tangent_directions
 from .jacobian import flatten
 
 POWER_STEPS = 10
-# (inputs as a multiple of verify's first batch, gauge coordinates deleted?) for each attempt, in order
-ATTEMPTS: tuple[tuple[int, bool], ...] = ((2, True), (2, False), (4, False), (8, False))
+# Inputs for each attempt, as multiples of verify's first batch: the Gram matrix of more inputs costs little more.
+INPUT_FACTORS: tuple[int, ...] = (2, 4, 8)
+# Above this many parameters the first attempt deletes the gauge coordinates (a smaller Cholesky; if it fails,
+# the same inputs are tried again without deleting). Below it the Cholesky is cheap and K = G + w B B^T goes first.
+GAUGE_MIN_PARAMS = 8192
 CHUNK_ELEMENTS = 2**24  # float64 elements of the largest temporary of one Gram block (128 MiB)
 
 
@@ -98,6 +101,7 @@ class Factor:
     left: torch.Tensor  # (tokens, T, Gamma, A)
     right: torch.Tensor  # (tokens, T, Gamma, B, d)
     order: str
+    identity_right: bool = False  # R is the identity (W_O, b_O): J_f is L times delta(c, c')
 
     @property
     def size(self) -> int:
@@ -158,10 +162,10 @@ def token_factors(params: Params, x: torch.Tensor, spec: AttentionSpec) -> list[
         elif name == "W_O":
             z = (weights @ vh).permute(1, 0, 2)  # (n, H, d_v)
             eye = torch.eye(d, dtype=x.dtype, device=x.device)
-            factors.append(Factor(name, z[:, None], eye.expand(n, 1, spec.heads, d, d), "gab"))
+            factors.append(Factor(name, z[:, None], eye.expand(n, 1, spec.heads, d, d), "gab", identity_right=True))
         elif name == "b_O":
             eye = torch.eye(d, dtype=x.dtype, device=x.device)
-            factors.append(Factor(name, ones, eye.expand(n, 1, 1, d, d), "gab"))
+            factors.append(Factor(name, ones, eye.expand(n, 1, 1, d, d), "gab", identity_right=True))
         else:  # covers() excludes the layouts with other parameters
             raise AssertionError(f"no structured factor for parameter {name!r}")
     return factors
@@ -200,7 +204,7 @@ def _concat(factor_lists: Sequence[list[Factor]]) -> list[Factor]:
             right = first.right[:1].expand(tokens, *first.right.shape[1:])
         else:
             right = torch.cat([f.right for f in parts])
-        joined.append(Factor(first.name, left, right, first.order))
+        joined.append(Factor(first.name, left, right, first.order, first.identity_right))
     return joined
 
 
@@ -251,6 +255,21 @@ def _costs(f: Factor, g: Factor) -> tuple[int, int]:
     return factored, explicit
 
 
+def _explicit_by_fixed(f: Factor, g: Factor) -> torch.Tensor:
+    """J_f^T J_g when R_g is the same for every token: sum over tokens of J_f's rows times L_g, then R_g over (t, c)."""
+    tokens, t2, c2, a2 = g.left.shape
+    b2, d = g.right.shape[3], g.right.shape[4]
+    moment = f.left.new_zeros(d * f.size, t2 * c2 * a2)
+    for sl in _token_chunks(tokens, d * f.size + t2 * c2 * a2):
+        rows = _explicit_rows(f, sl).reshape(-1, d * f.size)  # (tokens, d P_f): token i's row block, c-major
+        moment.addmm_(rows.T, g.left[sl].reshape(-1, t2 * c2 * a2))
+    moment = moment.reshape(d, f.size, t2, c2, a2)
+    out = torch.einsum("cftga,tgbc->fgab", moment, g.right[0])  # (P_f, Gamma, A, B)
+    if g.order == "gba":
+        out = out.transpose(2, 3)
+    return out.reshape(f.size, g.size)
+
+
 def _gram_block(f: Factor, g: Factor) -> torch.Tensor:
     """sum over tokens of J_f^T J_g for two tensors' factors, as a (size_f, size_g) matrix in their flat orders.
 
@@ -267,6 +286,10 @@ def _gram_block(f: Factor, g: Factor) -> torch.Tensor:
         ll = (f.left.reshape(tokens, -1).T @ g.left.reshape(tokens, -1)).reshape(t1, c1, a1, t2, c2, a2)
         out = torch.einsum("tgasGA,tgbsGB->gGaAbB", ll, lam)
         return _to_flat(out, f.order, g.order)
+    if _fixed_right(f) and (_is_explicit(g) or f.identity_right):
+        return _gram_block(g, f).T
+    if _fixed_right(g) and (_is_explicit(f) or g.identity_right):
+        return _explicit_by_fixed(f, g)
     factored, explicit = _costs(f, g)
     if explicit < factored or (_is_explicit(f) and _is_explicit(g)):
         out = f.left.new_zeros(f.size, g.size)
@@ -404,24 +427,43 @@ def orbit_families(params: Params, spec: AttentionSpec, rel_tol: float = DEFAULT
     return out
 
 
-def _stretch_squared(factors: list[Factor], family: OrbitFamily) -> float:
-    """||J B||_F^2 for a family's basis B, through the head indices its support reaches, a chunk of tokens at a time."""
-    pieces, offset = [], 0
-    for f in factors:  # per tensor: the head indices the support reaches and B on them
-        inside = (family.support >= offset) & (family.support < offset + f.size)
-        if bool(inside.any()):
+def stretch_squared(factors: list[Factor], families: list[OrbitFamily]) -> float:
+    """||J B||_F^2 for B, the families' bases side by side (P x u), a chunk of tokens at a time.
+
+    A factored tensor is applied family by family on the head indices each family's support
+    reaches (few); an explicit one (no head index) to all u columns at once.
+    """
+    widths = [f.basis.shape[1] for f in families]
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    u = sum(widths)
+    pieces, offset = [], 0  # (tensor, B on its head indices first:last, first, last, columns)
+    for f in factors:
+        per_gamma = f.size // f.left.shape[2]
+        if _is_explicit(f):
+            full = f.left.new_zeros(f.size, u)
+        for family, start in zip(families, starts):
+            inside = (family.support >= offset) & (family.support < offset + f.size)
+            if not bool(inside.any()):
+                continue
             local = family.support[inside] - offset
-            per_gamma = f.size // f.left.shape[2]
+            if _is_explicit(f):
+                full[local, start: start + family.basis.shape[1]] = family.basis[inside]
+                continue
             first, last = int(local.min()) // per_gamma, int(local.max()) // per_gamma + 1
-            full = family.basis.new_zeros((last - first) * per_gamma, family.basis.shape[1])
-            full[local - first * per_gamma] = family.basis[inside]
-            pieces.append((f, full, first, last))
+            part = family.basis.new_zeros((last - first) * per_gamma, family.basis.shape[1])
+            part[local - first * per_gamma] = family.basis[inside]
+            pieces.append((f, part, first, last, slice(start, start + family.basis.shape[1])))
+        if _is_explicit(f):
+            pieces.append((f, full, 0, 1, slice(0, u)))
         offset += f.size
-    tokens, step = factors[0].left.shape[0], _token_step(factors, family.basis.shape[1])
+    tokens, step = factors[0].left.shape[0], _token_step(factors, u)
     total = 0.0
     for s in range(0, tokens, step):
         chunk = slice(s, s + step)
-        total += float(sum(_apply_one(f, full, chunk, first, last) for f, full, first, last in pieces).pow(2).sum())
+        out = factors[0].left.new_zeros(len(range(tokens)[chunk]), factors[0].right.shape[4], u)
+        for f, part, first, last, columns in pieces:
+            out[..., columns] += _apply_one(f, part, chunk, first, last)
+        total += float(out.pow(2).sum())
     return total
 
 
@@ -477,7 +519,7 @@ def certify_structured(params: Params, inputs: Sequence[torch.Tensor], spec: Att
     factors = _concat([token_factors(params, x, spec) for x in inputs])
     n_params = sum(f.size for f in factors)
     nullity = sum(f.basis.shape[1] for f in families)
-    stretch = math.sqrt(sum(_stretch_squared(factors, f) for f in families if f.basis.shape[1]))
+    stretch = math.sqrt(stretch_squared(factors, families)) if nullity else 0.0
     n_rows = sum(x.shape[0] for x in inputs) * spec.d_model
     deleted = gauge_coordinates(families).to(factors[0].left.device) if gauge else None
     keep = None

@@ -151,10 +151,16 @@ def _try_certificate(layer: Model, params: Params, inputs: list[torch.Tensor], b
 
 def _try_structured(spec: AttentionSpec, params: Params, inputs: list[torch.Tensor],
                     draw: Callable[[int], list[torch.Tensor]]) -> NumericRank | None:
-    """The structured certificate's attempts (``structured.ATTEMPTS``) on verify's inputs and more drawn after them."""
+    """The structured certificate on verify's inputs and more drawn after them (``structured.INPUT_FACTORS``).
+
+    Above ``structured.GAUGE_MIN_PARAMS`` parameters the first try deletes the gauge coordinates.
+    """
     families = structured.orbit_families(params, spec)
+    attempts = [(factor, False) for factor in structured.INPUT_FACTORS]
+    if count(spec).total > structured.GAUGE_MIN_PARAMS:
+        attempts.insert(0, (structured.INPUT_FACTORS[0], True))
     pool = list(inputs)
-    for factor, gauge in structured.ATTEMPTS:
+    for factor, gauge in attempts:
         pool = pool + draw(factor * len(inputs) - len(pool))
         decision = structured.certify_structured(params, pool, spec, families=families, gauge=gauge)
         if decision is not None and decision.clear:
