@@ -118,7 +118,7 @@ MORE_BAD_FLAGS = {  # every other numeric flag and edge, through main() in this 
 }
 # An allocation that fails although the estimate allowed it (the limit raised by hand): d_model 4 with
 # 4096 tokens pushes 64 forward-mode tangents of 4096 x 4096 scores, 8 GiB, far above AS_LIMIT.
-OUT_OF_MEMORY = ["verify", "--d-model", "4", "--heads", "1", "--seq-len", "4096", "--max-memory", "1000G"]
+OUT_OF_MEMORY = ["verify", "--d-model", "4", "--heads", "1", "--seq-len", "4096", "--max-memory", "1000G", "--method", "dense"]
 CLOSED_PIPE = {  # the reader stops before the first byte: the command must end quietly
     "count": ["count", *BASE],
     "census": ["census"],

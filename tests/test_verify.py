@@ -54,7 +54,7 @@ def test_first_batch_settles_the_rank(name: str) -> None:
     spec = LAYOUTS[name]
     first = V.default_inputs(spec, SEQ_LEN)
     svd = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, method="svd")
-    auto = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, method="auto")
+    auto = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, method="dense")
     for result, method in ((svd, "svd"), (auto, "certificate")):
         assert (result.decision.rank, result.n_inputs, result.stable, result.decision.method) == (
             exact_rank(spec), first, True, method)
@@ -65,7 +65,7 @@ def test_first_batch_settles_the_rank(name: str) -> None:
 def test_one_input_grows_until_the_rank_is_stable(name: str) -> None:
     # One input cannot show the rank (or certify it): the SVD route adds inputs until the rank stops rising.
     spec = LAYOUTS[name]
-    for method in ("svd", "auto"):
+    for method in ("svd", "dense"):
         result = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, n_inputs=1, method=method)
         assert result.decision.method == "svd" and result.stable
         assert result.decision.rank == exact_rank(spec)
@@ -103,7 +103,7 @@ def test_draws_come_in_the_documented_order(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"seq_len": 1}, "seq_len must be an integer >= 2"), ({"seq_len": True}, "seq_len must be an integer"),
-     ({"n_inputs": 0}, "n_inputs must be a positive integer"), ({"method": "qr"}, "method must be one of auto, svd")],
+     ({"n_inputs": 0}, "n_inputs must be a positive integer"), ({"method": "qr"}, "method must be one of auto, dense, svd")],
 )
 def test_bad_arguments_are_rejected(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

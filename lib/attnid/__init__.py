@@ -18,6 +18,7 @@ Modules, one line each:
 ``rank``       the rank-decision rule: the one place that decides which singular values are zero
 ``jacobian``   Jacobians with respect to all parameters, and their rank without holding all of J
 ``certify``    certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
+``structured`` the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers)
 ``verify``     exact count next to the numeric nullity at a random point (``verify``)
 ``checks``     the numeric checks the chapters run: grids of layouts, invariance, off-orbit change
 ``symbolic``   exact rational checks with SymPy

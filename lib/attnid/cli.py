@@ -36,7 +36,7 @@ from .counts import Count, count
 from .runtime import MAX_SEED
 from .spec import (DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, MAX_ROPE_BASE, MIN_ROPE_BASE, NORMS, QK_NORMS, AttentionSpec,
                    format_base)
-from .verify import MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
+from .verify import METHODS, MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
 # Widths and head counts: at most a million each, which keeps every count below 2**63 (P is at most
@@ -219,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=bounded_int(0, MAX_SEED, "2**63 - 1"), default=0,
                    help="seed for the random point and inputs, 0 to 2**63 - 1 (default 0)")
     v.add_argument("--max-memory", type=parse_size, default=None, metavar="SIZE", help=_max_memory_help())
+    v.add_argument("--method", choices=METHODS, default="auto",
+                   help="auto: the structured certificate first (softmax layouts without a QK-norm), then the dense "
+                        "one, then the SVD; dense: the certificate from the Jacobian itself, with verified rounding "
+                        "bounds, then the SVD; svd: the full spectrum only (default auto)")
     v.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)", **common)
     c.add_argument("--file", default=None, help="a YAML layout file (default: the shipped architectures.yaml)")
@@ -288,7 +292,8 @@ def verify_record(v: Verification) -> dict[str, Any]:
     d = v.decision
     return {**count_record(v.count), "numeric_unidentified": d.nullity, "matches": v.matches, "rank": d.rank,
             "clear": d.clear, "smallest_kept": d.smallest_kept, "largest_dropped": d.largest_dropped, "gap": d.gap,
-            "jacobian_rows": d.n_rows, "seq_len": v.seq_len, "n_inputs": v.n_inputs, "seed": v.seed}
+            "jacobian_rows": d.n_rows, "seq_len": v.seq_len, "n_inputs": v.n_inputs, "seed": v.seed,
+            "method": d.method}
 
 
 def _count_lines(c: Count) -> list[str]:
@@ -377,7 +382,7 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec) -> int:
     """Refuse a layout whose estimated peak memory exceeds --max-memory, else verify it (exit 3 if memory runs out)."""
     limit = default_max_memory() if args.max_memory is None else args.max_memory
-    estimate = estimate_resources(spec, seq_len=args.seq_len)
+    estimate = estimate_resources(spec, seq_len=args.seq_len, method=args.method)
     if estimate.bytes > limit:
         parser.exit(EXIT_USAGE, (
             f"attnid verify: error: this layout needs about {estimate.human()} of memory (estimated peak: "
@@ -385,7 +390,7 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
             f"--max-memory {format_bytes(limit)}; use `attnid count` with the same layout flags for the exact count, "
             "or verify a smaller layout (--d-model, --heads, --head-dim, --seq-len)\n"))
     try:
-        result = verify(spec, seq_len=args.seq_len, seed=args.seed, progress=args.progress)
+        result = verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
     except (MemoryError, RuntimeError) as exc:
         if not _is_out_of_memory(exc):
             raise

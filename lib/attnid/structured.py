@@ -174,7 +174,7 @@ def token_factors(params: Params, x: torch.Tensor, spec: AttentionSpec) -> list[
 def _key_factor(name: str, x: torch.Tensor, q: torch.Tensor, u: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 heads_of: torch.Tensor, spec: AttentionSpec) -> Factor:
     """W_K or b_K: sum_{h in g} sum_j x_ja (q^h_i R_j^T)[e] U^h_i[j, c] (x_ja -> 1 for b_K)."""
-    n, dk = x.shape[0], spec.head_dim
+    n = x.shape[0]
     inputs = x if name == "W_K" else x.new_ones(n, 1)
     if spec.rope_dims == 0:  # separable: L = q^h_i over e, R = (X^T U^h_i) over (a, c)
         left = q.permute(1, 0, 2)[:, heads_of.T]  # (n, T, G, d_k)
@@ -258,7 +258,7 @@ def _costs(f: Factor, g: Factor) -> tuple[int, int]:
 def _explicit_by_fixed(f: Factor, g: Factor) -> torch.Tensor:
     """J_f^T J_g when R_g is the same for every token: sum over tokens of J_f's rows times L_g, then R_g over (t, c)."""
     tokens, t2, c2, a2 = g.left.shape
-    b2, d = g.right.shape[3], g.right.shape[4]
+    d = g.right.shape[4]
     moment = f.left.new_zeros(d * f.size, t2 * c2 * a2)
     for sl in _token_chunks(tokens, d * f.size + t2 * c2 * a2):
         rows = _explicit_rows(f, sl).reshape(-1, d * f.size)  # (tokens, d P_f): token i's row block, c-major
@@ -330,8 +330,8 @@ def gram_matrix(factors: list[Factor], keep: torch.Tensor | None = None, *,
 
     S: the flat indices where ``keep`` (a boolean mask over the P parameters) is True; all of
     them by default, giving J^T J. The diagonal (squared column norms of J) is for all P.
-    ``lower=True`` fills only the blocks on and below the diagonal (the upper ones stay zero):
-    what a Cholesky factorisation reads, at half the memory traffic (``_symmetric_matvec``).
+    ``lower=True`` fills only the lower triangle (the upper one stays zero): what a Cholesky
+    factorisation reads, at half the memory traffic (``_symmetric_matvec``).
     """
     sizes = [f.size for f in factors]
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -350,7 +350,7 @@ def gram_matrix(factors: list[Factor], keep: torch.Tensor | None = None, *,
                 diagonal.append(block.diagonal().clone())
             if kept[i].numel() < sizes[i] or kept[j].numel() < sizes[j]:
                 block = block[kept[i][:, None], kept[j][None, :]]
-            gram[rows, starts[j]: starts[j] + kept[j].numel()] = block
+            gram[rows, starts[j]: starts[j] + kept[j].numel()] = block.tril() if lower and j == i else block
             if j != i and not lower:
                 gram[starts[j]: starts[j] + kept[j].numel(), rows] = block.T
             del block

@@ -485,8 +485,51 @@ def estimate_resources(spec: AttentionSpec, seq_len: int | None = None, n_inputs
             orbit += _gesdd_floats(d, bv, vectors=True) + bv * bv  # full_matrices: V^T is (G d_v)^2
     certificate = max(2 * p * p + jac, 6 * p * p) + n_inputs * rows * k if c.covered and method in ("auto", "dense") else 0
     svd = max((7 * p + 3 * rows) * p, 2 * p * p + (p + rows) * p + jac + rows * k)
+    if method == "auto" and c.covered and structured.covers(spec) is None:
+        return _structured_estimate(spec, seq_len, n_inputs, generators)
     terms = {"live": live, "orbit": orbit, "jacobian": jac, "certificate": certificate, "svd": svd}
     terms_bytes = FLOAT64_BYTES * (live + max(orbit, certificate, svd))
     total_bytes = (ESTIMATE_FIRST_USE_BYTES + math.ceil(ESTIMATE_SAFETY * terms_bytes)
                    + min(terms_bytes, ESTIMATE_HEAP_SLACK_CAP))
     return Estimate(total_bytes, p, seq_len, n_inputs, mode, terms)
+
+
+def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, generators: int) -> Estimate:
+    """The peak memory of the structured route (``attnid.structured``), for its largest attempt.
+
+    In float64 elements, with t = max(structured.INPUT_FACTORS) n_inputs n tokens, P parameters,
+    T = H / G, per-head widths d_k, d_v, u generators and s the largest parameter tensor:
+
+        gram     = P^2                              the Gram matrix (the attempts without gauge deletion)
+        blocks   = 3 s^2                            a Gram block, its reordered copy and its triangle
+        factors  = t (H d_k d + F_K + 4 H (d + 1))   R of W_Q, of W_K (F_K = H (d + 1) d without RoPE,
+                                                    G (d + 1) d_k d with it) and the L factors
+        input    = 4 H n^2 d + n H (d + 1) d_k d     one input's U, rotated keys and queries, W_K rows
+        chunks   = min(4 * structured.CHUNK_ELEMENTS, 2 (gram + blocks + factors))   the chunked temporaries
+        orbit    = 3 u P                            the generators, flattened and stacked
+
+    and bytes = ESTIMATE_FIRST_USE_BYTES + ESTIMATE_SAFETY F + min(F, ESTIMATE_HEAP_SLACK_CAP) with
+    F = 8 (sum of the terms), as for the dense route (``estimate_resources``). It covers the
+    structured route only: a layout it gives up on goes to the dense route, whose own estimate
+    (``method='dense'``) is far larger at d_model = 64. Measured peaks (same conditions as the dense
+    table; the estimate counts the largest attempt, 8 times the first batch of inputs):
+
+        layout (attempt that decided)                   measured   estimate
+        d_model 32,  8 heads (2x inputs)                  572 MiB   1574 MiB
+        d_model 32,  1 head, RoPE, qkvo (about 5x)       1356 MiB   2265 MiB
+        d_model 32, 32 heads (2x)                         817 MiB   2069 MiB
+        d_model 64,  8 heads (2x, gauge deleted)         2995 MiB   6041 MiB
+    """
+    p, n, d, h, g = count(spec).total, seq_len, spec.d_model, spec.heads, spec.kv_heads
+    dk, dv = spec.head_dim, spec.v_head_dim
+    tokens = max(structured.INPUT_FACTORS) * n_inputs * n
+    sizes = [h * (d + 1) * dk, g * (d + 1) * dk, g * (d + 1) * dv, h * dv * d]
+    key = g * (d + 1) * dk * d if spec.rope_dims else h * (d + 1) * d
+    terms = {"gram": p * p, "blocks": 3 * max(sizes) ** 2, "factors": tokens * (h * dk * d + key + 4 * h * (d + 1)),
+             "input": 4 * h * n * n * d + n * h * (d + 1) * dk * d, "orbit": 3 * generators * p}
+    # the chunked temporaries: at most 4 chunks, and never more than twice what they are cut from
+    terms["chunks"] = min(4 * structured.CHUNK_ELEMENTS, 2 * (terms["gram"] + terms["blocks"] + terms["factors"]))
+    floats_bytes = FLOAT64_BYTES * sum(terms.values())
+    total_bytes = (ESTIMATE_FIRST_USE_BYTES + math.ceil(ESTIMATE_SAFETY * floats_bytes)
+                   + min(floats_bytes, ESTIMATE_HEAP_SLACK_CAP))
+    return Estimate(total_bytes, p, seq_len, n_inputs, "structured", terms)
