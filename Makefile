@@ -91,7 +91,7 @@ gpu-check: $(STAMP)  ## CUDA only: kernels vs float64 in bf16/fp16/fp32 (fwd, bw
 check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed) and check its shared memory
 	env -u TRITON_INTERPRET $(PY) scripts/check_kernels.py $(ARGS)
 
-bench-engine: $(STAMP)  ## time `attnid verify` over the standard layouts (CPU) -> data/bench/engine.csv
+bench-engine: $(STAMP)  ## time verify's structured and dense routes, d <= 32 and d = 64 layouts (CPU) -> data/bench/engine.csv
 	$(PY) scripts/bench_engine.py $(ARGS)
 
 lock:  ## re-resolve requirements.in into requirements.txt (needs network)

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--d-models", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--wide", nargs="*", default=WIDE, help="more layouts as d,H,G,rope_fraction,bias")
-    parser.add_argument("--dense-max-d", type=int, default=16, help="run the dense route on every layout up to this d_model")
+    parser.add_argument("--dense-max-d", type=int, default=32, help="run the dense route on every layout up to this d_model")
     parser.add_argument("--dense-every", type=int, default=4, help="above --dense-max-d, on every N-th standard layout")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/engine.csv", help="path under data/")

@@ -133,3 +133,20 @@ def test_verify_default_seq_len_is_the_library_rule(capsys: pytest.CaptureFixtur
     assert code == 0 and json.loads(out)["seq_len"] == 3  # an explicit value still wins
     verify_parser = build_parser()._subparsers._group_actions[0].choices["verify"]
     assert "default_seq_len" in verify_parser.format_help()
+
+
+def test_verify_methods_and_progress(capsys: pytest.CaptureFixture) -> None:
+    # --method picks the route; --progress states the memory estimate before the work and each structured attempt.
+    layout = ["--d-model", "8", "--heads", "2", "--kv-heads", "1", "--bias", "qkvo"]
+    code, out, err = run(capsys, "verify", *layout, "--json", "--progress")
+    record = json.loads(out)
+    assert code == 0 and record["method"] == "structured" and record["matches"] is True
+    assert "estimated peak memory" in err and "--method auto" in err and "structured certificate: attempt 1" in err
+    assert err.index("estimated peak memory") < err.index("structured certificate")
+    code, out, err = run(capsys, "verify", *layout, "--json", "--method", "dense")
+    assert code == 0 and json.loads(out)["method"] == "certificate" and err == ""
+    code, out, _ = run(capsys, "verify", *layout, "--json", "--method", "svd")
+    assert code == 0 and json.loads(out)["method"] == "svd"
+    assert json.loads(out)["numeric_unidentified"] == record["numeric_unidentified"]
+    code, _, err = run(capsys, "verify", *layout, "--method", "qr")
+    assert code == 2 and "--method" in err

@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: the structured certificate first (softmax layouts without a QK-norm), then the dense "
                         "one, then the SVD; dense: the certificate from the Jacobian itself, with verified rounding "
                         "bounds, then the SVD; svd: the full spectrum only (default auto)")
-    v.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    v.add_argument("--progress", action="store_true", help="show the memory estimate and the progress on stderr")
     c = sub.add_parser("census", help="the census table of published layouts (or of a layout file)", **common)
     c.add_argument("--file", default=None, help="a YAML layout file (default: the shipped architectures.yaml)")
     c.add_argument("--model", nargs="+", default=None, help="only these model keys")
@@ -389,6 +389,9 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
             f"{estimate.n_params:,} parameters, {estimate.n_inputs} inputs of {estimate.seq_len} tokens), above "
             f"--max-memory {format_bytes(limit)}; use `attnid count` with the same layout flags for the exact count, "
             "or verify a smaller layout (--d-model, --heads, --head-dim, --seq-len)\n"))
+    if args.progress:  # the estimate, before anything is allocated
+        print(f"attnid verify: estimated peak memory {estimate.human()} (--method {args.method}, "
+              f"{estimate.n_params:,} parameters), --max-memory {format_bytes(limit)}", file=sys.stderr, flush=True)
     try:
         result = verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
     except (MemoryError, RuntimeError) as exc:

@@ -57,15 +57,19 @@ certificate (``attnid.certify``):
   s_r(J) >= sqrt(c) by Courant-Fischer. More robust (nothing is deleted), P x P.
   ``attnid.verify`` tries (a) first above ``GAUGE_MIN_PARAMS`` parameters and (b) otherwise or after.
 
-The shift is chosen in advance, c = (GRAM_FLOOR s_1)^2, the least separation the rank rule
-accepts: the route proves t_r >= GRAM_FLOOR and no more (a second factorisation would measure
-t_r; at P = 16,384 one costs about 15 to 20 s here). The factorisation runs in place, on the
+The shift is chosen in advance, c = (GRAM_FLOOR s_1)^2 with s_1 estimated, about the least
+separation the rank rule accepts (a second factorisation would measure t_r; at P = 16,384 one
+costs about 15 to 20 s here). What is proved is s_r(J) >= sqrt(c); the reported lower bound on
+t_r = s_r / s_1 divides it by ||J||_F >= s_1 (the square root of the trace of G, from its
+diagonal), so it holds whatever the estimate of s_1, and is smaller than GRAM_FLOOR by the
+factor s_1 / ||J||_F (about 0.25 at d_model = 64, 8 heads: a reported 2.5e-6): still far above the rule's
+zero tolerance. The factorisation runs in place, on the
 lower triangle (``gram_matrix(lower=True)``) read column-major, so the only P x P (or r x r)
 matrix is the Gram matrix itself. s_1 is estimated by 10 steps of power iteration on G (for
-(a): on G_SS, plus ||J_D||_F^2 from the diagonal for the estimate used with t_r, which makes it
-larger): an estimate from below, as in the dense route (measured 2 to 5 % below lambda_max on
-four d_model <= 32 layouts); the decision does not hinge on it, since the rule compares
-t_r >= 1e-5 with a zero tolerance of 1e-10 and t_{r+1} near 1e-15. If the factorisation fails,
+(a): on G_SS, plus ||J_D||_F^2 from the diagonal when it sets c): an estimate from below,
+measured 2 to 5 % below lambda_max on four d_model <= 32 layouts, which only sets c. The upper
+bound on t_{r+1} divides ||J B||_F by the power estimate for G_SS, at most s_1(J_S) <= s_1(J),
+so it errs upwards (safe). If the factorisation fails,
 ``verify`` draws more inputs (``INPUT_FACTORS``; the Gram matrix of more inputs is cheap) and
 tries again, and after the last attempt gives up to the dense route.
 
@@ -123,6 +127,7 @@ class Factor:
     right: torch.Tensor  # (tokens, T, Gamma, B, d)
     order: str
     identity_right: bool = False  # R is the identity (W_O, b_O): J_f is L times delta(c, c')
+    fixed_right: bool = False  # R is the same for every token (W_V, b_V, W_O, b_O)
 
     @property
     def size(self) -> int:
@@ -179,14 +184,14 @@ def token_factors(params: Params, x: torch.Tensor, spec: AttentionSpec) -> list[
             mixed = torch.einsum("hij,ja->iha", weights, x)  # (n, H, d): (A_h X)_i
             left = mixed[:, heads_of.T] if name == "W_V" else ones.expand(n, *heads_of.T.shape, 1)  # (n, T, G, A)
             right = params["W_O"][heads_of.T][None].expand(n, -1, -1, -1, -1)  # (n, T, G, d_v, d)
-            factors.append(Factor(name, left, right, "gab"))
+            factors.append(Factor(name, left, right, "gab", fixed_right=True))
         elif name == "W_O":
             z = (weights @ vh).permute(1, 0, 2)  # (n, H, d_v)
             eye = torch.eye(d, dtype=x.dtype, device=x.device)
-            factors.append(Factor(name, z[:, None], eye.expand(n, 1, spec.heads, d, d), "gab", identity_right=True))
+            factors.append(Factor(name, z[:, None], eye.expand(n, 1, spec.heads, d, d), "gab", identity_right=True, fixed_right=True))
         elif name == "b_O":
             eye = torch.eye(d, dtype=x.dtype, device=x.device)
-            factors.append(Factor(name, ones, eye.expand(n, 1, 1, d, d), "gab", identity_right=True))
+            factors.append(Factor(name, ones, eye.expand(n, 1, 1, d, d), "gab", identity_right=True, fixed_right=True))
         else:  # covers() excludes the layouts with other parameters
             raise AssertionError(f"no structured factor for parameter {name!r}")
     return factors
@@ -225,7 +230,7 @@ def _concat(factor_lists: Sequence[list[Factor]]) -> list[Factor]:
             right = first.right[:1].expand(tokens, *first.right.shape[1:])
         else:
             right = torch.cat([f.right for f in parts])
-        joined.append(Factor(first.name, left, right, first.order, first.identity_right))
+        joined.append(Factor(first.name, left, right, first.order, first.identity_right, first.fixed_right))
     return joined
 
 
@@ -257,8 +262,8 @@ def _shared_left(f: Factor) -> bool:
 
 
 def _fixed_right(f: Factor) -> bool:
-    """R is the same for every token (W_O and the identity)."""
-    return f.right.shape[0] == 1 or f.right.stride(0) == 0
+    """R is the same for every token (W_O and the identity), as ``token_factors`` marks it."""
+    return f.fixed_right
 
 
 def _token_chunks(tokens: int, per_token: int) -> list[slice]:
@@ -291,13 +296,32 @@ def _explicit_by_fixed(f: Factor, g: Factor) -> torch.Tensor:
     return out.reshape(f.size, g.size)
 
 
+def _by_identity(f: Factor, g: Factor) -> torch.Tensor:
+    """J_f^T J_g when R_g is the identity (W_O, b_O): sum_{i, t} L_f[t, gamma, a] L_g[gamma', a'] R_f[t, gamma, b, c'].
+
+    One matrix product per head index gamma of f, with the tokens (and terms) as inner dimension.
+    """
+    tokens, t1, c1, a1 = f.left.shape
+    _, _, c2, a2 = g.left.shape
+    b1, d = f.right.shape[3], f.right.shape[4]
+    lg = g.left[:, 0].reshape(tokens, 1, 1, c2 * a2)
+    out = f.left.new_empty(c1, a1, c2 * a2, b1 * d)
+    for gamma in range(c1):
+        pairs = (f.left[:, :, gamma, :, None] * lg).reshape(tokens * t1, a1 * c2 * a2)
+        out[gamma] = (pairs.T @ f.right[:, :, gamma].reshape(tokens * t1, b1 * d)).reshape(a1, c2 * a2, b1 * d)
+    out = out.reshape(c1, a1, c2, a2, b1, d).permute(0, 2, 1, 3, 4, 5)  # (Gamma, Gamma', A, A', B, B' = c')
+    return _to_flat(out, f.order, g.order)
+
+
 def _gram_block(f: Factor, g: Factor) -> torch.Tensor:
     """sum over tokens of J_f^T J_g for two tensors' factors, as a (size_f, size_g) matrix in their flat orders.
 
-    Five ways to the same sum, by what the factors allow: R fixed over tokens in both (sum the
-    L products over tokens first, one matrix product), L shared by every head index in both or
-    in one (one matrix product over tokens), the general batched product, or the explicit rows
-    (J_f^T J_g from the rows themselves, when the factors are too thin to save work: ``_costs``).
+    Several ways to the same sum, by what the factors allow: R fixed over tokens in both (sum
+    the L products over tokens first, one matrix product), R the identity in one
+    (``_by_identity``), an explicit tensor against a token-fixed R (``_explicit_by_fixed``), L
+    shared by every head index in both or in one (one matrix product over tokens), the general
+    batched product, or the explicit rows (J_f^T J_g from the rows themselves, when the factors
+    are too thin to save work: ``_costs``). The tests compare every path with the dense product.
     """
     tokens, t1, c1, a1 = f.left.shape
     _, t2, c2, a2 = g.left.shape
@@ -307,9 +331,13 @@ def _gram_block(f: Factor, g: Factor) -> torch.Tensor:
         ll = (f.left.reshape(tokens, -1).T @ g.left.reshape(tokens, -1)).reshape(t1, c1, a1, t2, c2, a2)
         out = torch.einsum("tgasGA,tgbsGB->gGaAbB", ll, lam)
         return _to_flat(out, f.order, g.order)
-    if _fixed_right(f) and (_is_explicit(g) or f.identity_right):
+    if f.identity_right and not g.identity_right:
         return _gram_block(g, f).T
-    if _fixed_right(g) and (_is_explicit(f) or g.identity_right):
+    if g.identity_right and not f.identity_right:
+        return _by_identity(f, g)
+    if _fixed_right(f) and _is_explicit(g):
+        return _gram_block(g, f).T
+    if _fixed_right(g) and _is_explicit(f):
         return _explicit_by_fixed(f, g)
     factored, explicit = _costs(f, g)
     if explicit < factored or (_is_explicit(f) and _is_explicit(g)):
@@ -530,8 +558,9 @@ def certify_structured(params: Params, inputs: Sequence[torch.Tensor], spec: Att
     ``orbit_families(params, spec)`` if the caller has them. ``gauge=True`` factorises the Gram
     matrix of J without the gauge coordinates (``gauge_coordinates``), ``gauge=False`` the full
     K = J^T J + w B B^T (module docstring). The decision's ``method`` is 'structured'; its
-    ``kept_bound`` is GRAM_FLOOR (the one shift tried), its ``dropped_bound`` ||J B||_F / s_1 with
-    B the families' orthonormal basis.
+    ``kept_bound`` is sqrt(c / ||J||_F^2), below t_r since ||J||_F >= s_1 (c the one shift tried),
+    its ``dropped_bound`` ||J B||_F / s_1(J_S) with B the families' orthonormal basis and s_1(J_S)
+    estimated from below.
     """
     reason = covers(spec)
     if reason is not None:
@@ -566,6 +595,7 @@ def certify_structured(params: Params, inputs: Sequence[torch.Tensor], spec: Att
     del gram, upper
     if int(info):
         return None
+    trace = float(column_sq.sum())  # ||J||_F^2 >= s_1(J)^2: the proved t_r >= sqrt(c) / s_1 is at least this
     return RankDecision(singular_values=None, n_rows=n_rows, n_params=n_params, rank=n_params - nullity,
-                        zero_tol=zero_tol, min_gap=min_gap, kept_bound=math.sqrt(shift) / sigma_up,
+                        zero_tol=zero_tol, min_gap=min_gap, kept_bound=math.sqrt(shift / trace),
                         dropped_bound=stretch / sigma_low if nullity else math.nan, verified=None, route="structured")

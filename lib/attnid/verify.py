@@ -16,6 +16,7 @@ command refuses a layout whose estimate exceeds its memory limit.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -150,7 +151,7 @@ def _try_certificate(layer: Model, params: Params, inputs: list[torch.Tensor], b
 
 
 def _try_structured(spec: AttentionSpec, params: Params, inputs: list[torch.Tensor],
-                    draw: Callable[[int], list[torch.Tensor]]) -> NumericRank | None:
+                    draw: Callable[[int], list[torch.Tensor]], progress: bool = False) -> NumericRank | None:
     """The structured certificate on verify's inputs and more drawn after them (``structured.INPUT_FACTORS``).
 
     Above ``structured.GAUGE_MIN_PARAMS`` parameters the first try deletes the gauge coordinates.
@@ -160,8 +161,11 @@ def _try_structured(spec: AttentionSpec, params: Params, inputs: list[torch.Tens
     if count(spec).total > structured.GAUGE_MIN_PARAMS:
         attempts.insert(0, (structured.INPUT_FACTORS[0], True))
     pool = list(inputs)
-    for factor, gauge in attempts:
+    for number, (factor, gauge) in enumerate(attempts, 1):
         pool = pool + draw(factor * len(inputs) - len(pool))
+        if progress:
+            print(f"structured certificate: attempt {number} of {len(attempts)}, {len(pool)} inputs"
+                  + (", gauge coordinates deleted" if gauge else ""), file=sys.stderr, flush=True)
         decision = structured.certify_structured(params, pool, spec, families=families, gauge=gauge)
         if decision is not None and decision.clear:
             return NumericRank(decision, len(pool), stable=True)
@@ -241,7 +245,7 @@ def numeric_rank(
 
     covered = count(spec).covered
     if method == "auto" and covered and structured.covers(spec) is None:
-        decided = _try_structured(spec, params, inputs, lambda k: _inputs(spec, gen, k, seq_len, device))
+        decided = _try_structured(spec, params, inputs, lambda k: _inputs(spec, gen, k, seq_len, device), progress)
         if decided is not None:
             return decided
     basis = orbit_tangent(params, spec) if covered else None
@@ -501,10 +505,14 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
     T = H / G, per-head widths d_k, d_v, u generators and s the largest parameter tensor:
 
         gram     = P^2                              the Gram matrix (the attempts without gauge deletion)
-        blocks   = 3 s^2                            a Gram block, its reordered copy and its triangle
-        factors  = t (H d_k d + F_K + 4 H (d + 1))   R of W_Q, of W_K (F_K = H (d + 1) d without RoPE,
-                                                    G (d + 1) d_k d with it) and the L factors
-        input    = 4 H n^2 d + n H (d + 1) d_k d     one input's U, rotated keys and queries, W_K rows
+        blocks   = 3 s^2 + M                        a Gram block, its reordered copy and its triangle; M
+                                                    the moment of ``_explicit_by_fixed``: d s H d_v, plus
+                                                    d G (d + 1) d_k H (d + 1) with RoPE (explicit W_K)
+        factors  = 2 t (F_Q + F_K + 4 H (d + 1))     R of W_Q (F_Q = H d_k d, twice with b_Q), of W_K
+                                                    (F_K = H (d + 1) d without RoPE, G (d + 1) d_k d with
+                                                    it) and the L factors; twice: the inputs' factors and
+                                                    their joined copy are alive together
+        input    = 4 H n^2 d + 2 n H (d + 1) d_k d   one input's U, rotated keys and queries, W_K rows
         chunks   = min(4 * structured.CHUNK_ELEMENTS, 2 (gram + blocks + factors))   the chunked temporaries
         orbit    = 3 u P                            the generators, flattened and stacked
 
@@ -525,8 +533,11 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
     tokens = max(structured.INPUT_FACTORS) * n_inputs * n
     sizes = [h * (d + 1) * dk, g * (d + 1) * dk, g * (d + 1) * dv, h * dv * d]
     key = g * (d + 1) * dk * d if spec.rope_dims else h * (d + 1) * d
-    terms = {"gram": p * p, "blocks": 3 * max(sizes) ** 2, "factors": tokens * (h * dk * d + key + 4 * h * (d + 1)),
-             "input": 4 * h * n * n * d + n * h * (d + 1) * dk * d, "orbit": 3 * generators * p}
+    query = h * dk * d * (2 if spec.has_bias("q") else 1)  # b_Q's R is a second copy of W_Q's once joined
+    moment = d * max(sizes) * h * dv + (d * g * (d + 1) * dk * h * (d + 1) if spec.rope_dims else 0)
+    terms = {"gram": p * p, "blocks": 3 * max(sizes) ** 2 + moment,
+             "factors": 2 * tokens * (query + key + 4 * h * (d + 1)),
+             "input": 4 * h * n * n * d + 2 * n * h * (d + 1) * dk * d, "orbit": 3 * generators * p}
     # the chunked temporaries: at most 4 chunks, and never more than twice what they are cut from
     terms["chunks"] = min(4 * structured.CHUNK_ELEMENTS, 2 * (terms["gram"] + terms["blocks"] + terms["factors"]))
     floats_bytes = FLOAT64_BYTES * sum(terms.values())
