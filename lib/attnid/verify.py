@@ -523,10 +523,14 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
     table; the estimate counts the largest attempt, 8 times the first batch of inputs):
 
         layout (attempt that decided)                   measured   estimate
-        d_model 32,  8 heads (2x inputs)                  572 MiB   1574 MiB
-        d_model 32,  1 head, RoPE, qkvo (about 5x)       1356 MiB   2265 MiB
-        d_model 32, 32 heads (2x)                         817 MiB   2069 MiB
-        d_model 64,  8 heads (2x, gauge deleted)         2995 MiB   6041 MiB
+        d_model 32,  8 heads (2x inputs)                  587 MiB   1775 MiB
+        d_model 32,  1 head, RoPE, qkvo (about 5x)       1188 MiB   3109 MiB
+        d_model 32, 32 heads (2x)                         847 MiB   2757 MiB
+        d_model 64,  8 heads (2x, gauge deleted)         2951 MiB   7537 MiB
+        d_model 64,  8 heads, qkvo (2x, gauge deleted)   3340 MiB   8371 MiB
+
+    The margin is the price of covering the last attempt (8x) and every temporary; a tighter
+    estimate would need the attempt that will decide, which is not known in advance.
     """
     p, n, d, h, g = count(spec).total, seq_len, spec.d_model, spec.heads, spec.kv_heads
     dk, dv = spec.head_dim, spec.v_head_dim
