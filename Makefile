@@ -1,6 +1,7 @@
 # One entry point for the book and its library. Needs only python3, make and git.
 #
 #   make reproduce   execute every experiment, then every chapter (papermill), strip volatile metadata, build the book
+#   make compare     re-run into a temporary copy and report what differs from this tree
 #   make experiments execute only the experiment notebooks (experiments/*.ipynb), which write data/
 #   make test        pytest over tests/, nbval over every notebook, warning-free book build, browser test of every page
 #   make pdf         the whole book as one PDF (_build/pdf/book.pdf), printed by headless Chromium
@@ -25,7 +26,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce experiments test test-lib test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
+.PHONY: help install reproduce compare experiments test test-lib test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -42,6 +43,9 @@ $(STAMP): requirements.txt pyproject.toml
 reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with papermill (DEVICE=cpu|cuda|auto, ARGS=...), then build the book
 	$(PY) scripts/reproduce.py --device $(DEVICE) $(ARGS)
 	$(MAKE) --no-print-directory book
+
+compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per data file and notebook, identical or how it differs (ARGS="--all --perturbed --only ...")
+	$(PY) scripts/compare.py $(ARGS)
 
 experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
@@ -68,8 +72,12 @@ browser:  ## make sure headless Chromium is there (apt-get install chromium when
 $(MATHJAX): scripts/fetch_mathjax.py | $(STAMP)
 	$(PY) scripts/fetch_mathjax.py
 
-test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) and compare with the stored outputs
-	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+# The stored outputs were written in the machine's default numeric environment; nbval re-executes
+# them in a perturbed one (one thread, MKL_CBWR, NumPy's SIMD kernels off: scripts/perturbed.py),
+# so an output that another CPU would change fails here too. NUMERICS=native skips the perturbation.
+NUMERICS    ?= perturbed
+test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) in a perturbed numeric environment and compare with the stored outputs
+	$(if $(filter native,$(NUMERICS)),,$(PY) scripts/perturbed.py --show --) $(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
 
 book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stored outputs (no execution; MathJax served locally)
