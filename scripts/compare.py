@@ -29,9 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-from attnbook.machine import perturbed_environment  # noqa: E402
-
-PER_MACHINE = "machines"
+from attnbook.machine import PER_MACHINE, perturbed_environment  # noqa: E402
 
 
 def checkout_files(root: Path) -> list[Path]:

@@ -128,3 +128,13 @@ def test_the_perturbed_environment_changes_the_numerics_but_not_openblas_core_ty
 def test_fingerprint_names_the_numeric_environment() -> None:
     name = machine.fingerprint()
     assert re.fullmatch(r"[a-z0-9_-]+", name) and machine.description()["arch"].lower() in name
+
+
+def test_only_the_reference_machine_folder_is_committed() -> None:
+    # .gitignore ignores every data/**/machines/<fingerprint>/ except the book's reference machine
+    ignore = (ROOT / ".gitignore").read_text().splitlines()
+    assert "data/**/machines/*/" in ignore
+    assert f"!data/kernels/machines/{machine.REFERENCE}/" in ignore
+    assert machine.is_other_machine("kernels/machines/some-other-cpu/case_errors.csv")
+    assert not machine.is_other_machine(f"kernels/machines/{machine.REFERENCE}/case_errors.csv")
+    assert not machine.is_other_machine("machines.csv") and not machine.is_other_machine("census/census.csv")

@@ -13,6 +13,11 @@ import os
 import platform
 import re
 
+# The machine that wrote the book: its per-machine measurements are the ones committed and shown
+# (.gitignore keeps this folder and ignores every other machines/<fingerprint>/).
+REFERENCE = "x86_64-amd-epyc-x86_v3-t2"
+PER_MACHINE = "machines"  # data/**/machines/<fingerprint>/: measurements that depend on the machine
+
 # What the perturbed run changes; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are left as the machine set them.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 MKL_PATH = "COMPATIBLE"  # MKL_CBWR: MKL's conditional-numerical-reproducibility code path
@@ -63,6 +68,12 @@ def fingerprint() -> str:
     parts = [info["arch"], info["cpu"], simd, f"t{info['threads']}", info["mkl_cbwr"], info["openblas_coretype"]]
     slug = "-".join(p for p in parts if p)
     return re.sub(r"[^a-z0-9_]+", "-", slug.lower()).strip("-")[:80]
+
+
+def is_other_machine(relative: str) -> bool:
+    """Whether a data path (relative to data/) lies in another machine's per-machine folder than REFERENCE's."""
+    parts = relative.split("/")
+    return any(a == PER_MACHINE and b != REFERENCE for a, b in zip(parts, parts[1:-1]))
 
 
 def perturbed_environment() -> dict[str, str]:
