@@ -8,8 +8,9 @@ executes its chapters there (``--all``: the experiments too, about 27 minutes on
 copy's own library first on the path. Then, per data file: identical, or the largest relative
 difference of its numbers (and whether any text differs); per notebook: whether any stored output
 changed, and in which cells. ``--perturbed`` runs the copy in the perturbed numeric environment of
-``make test`` (scripts/perturbed.py), which imitates another CPU on this one. Folders named
-``machines`` hold per-machine measurements and are listed, not compared. Exit status 0 when
+``make test`` (scripts/perturbed.py: other threads, MKL and PyTorch kernels; not OpenBLAS's). Other
+machines' per-machine measurements (``data/**/machines/<fingerprint>/``) are listed, not compared.
+Run it with the book's Python (``make compare``): the notebooks' kernel is the one next to it. Exit status 0 when
 everything is identical, 1 when something differs, 2 when the run itself failed.
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-from attnbook.machine import PER_MACHINE, perturbed_environment  # noqa: E402
+from attnbook.machine import is_other_machine, perturbed_environment  # noqa: E402
 
 
 def checkout_files(root: Path) -> list[Path]:
@@ -73,7 +74,7 @@ def csv_difference(old: bytes, new: bytes) -> str:
                 largest = max(largest, abs(fx - fy) / max(abs(fx), abs(fy), 1e-300))
     parts = [f"largest relative difference {largest:.1e}"] if largest else []
     parts += [f"{text} text field(s) differ"] if text else []
-    return "; ".join(parts)
+    return "; ".join(parts) or "the same numbers, written differently (such as 1.0 and 1.00)"
 
 
 def data_report(old_root: Path, new_root: Path) -> list[tuple[str, str]]:
@@ -83,7 +84,7 @@ def data_report(old_root: Path, new_root: Path) -> list[tuple[str, str]]:
     names |= {p.relative_to(new_data) for p in new_data.rglob("*") if p.is_file()}
     report = []
     for rel in sorted(names):
-        if PER_MACHINE in rel.parts:
+        if is_other_machine(rel.as_posix()):
             if not (old_data / rel).is_file():
                 report.append((rel.as_posix(), "per-machine measurement of the re-run (not compared)"))
             continue
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="attnbook-compare-"))
     try:
         copy_checkout(ROOT, work)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work / "lib"), os.environ.get("PYTHONPATH", "")]),
+        paths = [str(work / "lib"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths),
                "ATTNBOOK_ROOT": str(work),
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         if args.perturbed:
@@ -135,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         if subprocess.run(command, cwd=work, env=env).returncode != 0:
             print("compare: the re-run failed; nothing compared", file=sys.stderr)
             return 2
-        listed = subprocess.run([sys.executable, str(work / "scripts" / "reproduce.py"), "--list"], cwd=work, env=env,
-                                check=True, capture_output=True, text=True).stdout.split()
+        listing = subprocess.run([sys.executable, str(work / "scripts" / "reproduce.py"), "--list"], cwd=work, env=env,
+                                 capture_output=True, text=True)
+        if listing.returncode != 0:
+            print(f"compare: could not list the book's notebooks: {listing.stderr.strip()}", file=sys.stderr)
+            return 2
+        listed = listing.stdout.split()
         rerun = [Path(p) for p in (args.only or listed)]
         rows = data_report(ROOT, work) + notebook_report(ROOT, work, [p for p in rerun if p.suffix == ".ipynb"])
         width = max(len(name) for name, _ in rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -138,3 +139,69 @@ def test_only_the_reference_machine_folder_is_committed() -> None:
     assert machine.is_other_machine("kernels/machines/some-other-cpu/case_errors.csv")
     assert not machine.is_other_machine(f"kernels/machines/{machine.REFERENCE}/case_errors.csv")
     assert not machine.is_other_machine("machines.csv") and not machine.is_other_machine("census/census.csv")
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("value 1.2345678.", ["1.2345678"]), ("x=1.234567891e-07.", ["1.234567891e-07"]),
+    ("0.123456789ms", ["0.123456789"]), ("1,234,567.891 tokens", ["1,234,567.891"]),
+    ("torch 2.13.0 at 192.168.1.1", []), ("sha256[:16] = 3cd42629177b07ff", []), ("W_Q 3.9e-08, dV", ["3.9e-08"]),
+    ("(0.5, -0.25) and 40.7%", ["0.5", "-0.25", "40.7"]),
+])
+def test_float_tokens_in_real_outputs(text: str, tokens: list[str]) -> None:
+    assert precision.FLOAT_TOKEN.findall(text) == tokens
+
+
+def test_integers_with_separators_are_not_floats(tmp_path: Path) -> None:
+    path = _notebook(tmp_path, {"output_type": "stream", "name": "stdout", "text": "parameters 1,509,958,656\n"})
+    assert precision.stored_findings(path) == []
+    assert precision.significant_digits("1,234,567.891") == 10
+
+
+def test_glue_rounds_a_float_and_records_its_digits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import torch
+
+    shown: list[tuple[dict, dict]] = []
+    monkeypatch.setattr("IPython.core.formatters.format_display_data", lambda v: ({"text/plain": repr(v)}, {}))
+    monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append((data, metadata)))
+    precision.glue("slope", np.float64(1.0254072298606771))
+    precision.glue("err", torch.tensor([2.427385611123718e-06]), digits=2)
+    precision.glue("n", np.int64(12))
+    precision.glue("bound", precision.below(3e-7, 1e-6), display=True)
+    texts = [data.get(precision.RECORD_PREFIX + "text/plain", data.get("text/plain")) for data, _ in shown]
+    assert texts == ["1.025", "2.4e-06", "12", "below 1e-06"]
+    assert [m.get(precision.METADATA_KEY) for _, m in shown] == [{"significant": 4}, {"significant": 2}, None, None]
+    assert shown[0][1]["scrapbook"] == {"name": "slope", "mime_prefix": precision.RECORD_PREFIX}
+    with pytest.raises(TypeError, match="one number at a time"):
+        precision.glue("many", np.array([0.1, 0.2]))
+
+
+def test_a_shown_glue_record_is_checked_too(tmp_path: Path) -> None:
+    record = {"output_type": "display_data", "data": {"text/plain": "0.29447457570215346"},
+              "metadata": {"scrapbook": {"name": "share", "mime_prefix": ""}}}
+    assert "without attnbook.precision.glue" in precision.stored_findings(_notebook(tmp_path, record))[0].reason
+
+
+def test_below_shows_a_bound_that_is_not_a_power_of_ten_exactly() -> None:
+    assert str(precision.below(2.2e-7, 2.5e-7)) == "below 2.5e-07"
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="MKL and ATen's AVX kernels: x86-64")
+def test_the_perturbed_environment_changes_pytorch_results() -> None:
+    # the perturbation is only useful if it changes results: PyTorch's vector kernels and MKL's code path
+    code = ("import torch, hashlib; g = torch.Generator().manual_seed(0); a = torch.randn(64, 257, generator=g);"
+            "b = torch.randn(257, 33, generator=g, dtype=torch.float64);"
+            "print(hashlib.sha256(torch.softmax(a, -1).numpy().tobytes() + torch.exp(a).numpy().tobytes()"
+            " + (b.T @ b).numpy().tobytes()).hexdigest())")
+    script = [sys.executable, str(ROOT / "scripts" / "perturbed.py"), "--"]
+    native = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    perturbed = subprocess.run([*script, sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert native != perturbed
+
+
+def test_git_ignores_other_machines_and_keeps_the_reference() -> None:
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+
+    assert ignored("data/kernels/machines/some-other-cpu/case_errors.csv")
+    assert not ignored(f"data/kernels/machines/{machine.REFERENCE}/case_errors.csv")

@@ -1,10 +1,17 @@
 """The numeric environment a run happens in: a fingerprint for per-machine data, and a perturbed environment.
 
 Floating-point results below rounding level depend on the CPU (which SIMD kernels NumPy,
-OpenBLAS and MKL pick), the thread count and the BLAS build. ``fingerprint()`` names that
-environment for the data that genuinely depend on it (``data/**/machines/<fingerprint>/``,
-rule 4 of ``attnbook.precision``); ``perturbed_environment()`` is what ``make test`` runs the
-notebooks under, so that a stored output that would change on another CPU fails here too.
+OpenBLAS, MKL and PyTorch's ATen pick), the thread count and the BLAS build.
+``fingerprint()`` names that environment for the data that genuinely depend on it
+(``data/**/machines/<fingerprint>/``, rule 4 of ``attnbook.precision``);
+``perturbed_environment()`` is what ``make test`` runs the notebooks under, so that a stored
+output that would change on another CPU fails here too.
+
+What the perturbation can and cannot change: it switches PyTorch to its generic (non-SIMD)
+ATen kernels, MKL to its compatible code path, every library to one thread, and NumPy's own
+SIMD loops off. It leaves OpenBLAS's choice of kernel alone: that is ``OPENBLAS_CORETYPE``,
+which some machines set on purpose and which the book never touches, so NumPy's BLAS and
+LAPACK results are guarded by the precision rule alone.
 """
 
 from __future__ import annotations
@@ -15,31 +22,61 @@ import re
 
 # The machine that wrote the book: its per-machine measurements are the ones committed and shown
 # (.gitignore keeps this folder and ignores every other machines/<fingerprint>/).
-REFERENCE = "x86_64-amd-epyc-x86_v3-t2"
+REFERENCE = "x86_64-amd-epyc-f25m1-x86_v3-avx2-haswell-t2"
 PER_MACHINE = "machines"  # data/**/machines/<fingerprint>/: measurements that depend on the machine
 
-# What the perturbed run changes; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are left as the machine set them.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 MKL_PATH = "COMPATIBLE"  # MKL_CBWR: MKL's conditional-numerical-reproducibility code path
+ATEN_GENERIC = "default"  # ATEN_CPU_CAPABILITY: PyTorch's kernels without AVX2/AVX-512/SVE
+# /proc/cpuinfo fields that tell processors apart: x86 (model name, family, model) and ARM (implementer, part)
+CPUINFO_FIELDS = {"model name": "", "cpu family": "f", "model": "m", "CPU implementer": "i", "CPU part": "p"}
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo, else what ``platform`` knows)."""
+def cpuinfo() -> dict[str, str]:
+    """The first processor's identifying fields of /proc/cpuinfo (empty where there is none)."""
+    found: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.split(":")[0].strip() in ("model name", "Model", "Hardware"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in CPUINFO_FIELDS and key not in found:
+                    found[key] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return found
+
+
+def cpu_model() -> str:
+    """The CPU's name with the family/model (x86) or implementer/part (ARM) numbers that tell generations apart."""
+    info = cpuinfo()
+    name = info.get("model name") or platform.processor() or "unknown"
+    numbers = "".join(CPUINFO_FIELDS[k] + info[k] for k in CPUINFO_FIELDS if CPUINFO_FIELDS[k] and k in info)
+    return f"{name} {numbers}".strip()
 
 
 def numpy_simd() -> list[str]:
     """The SIMD targets NumPy dispatches to on this CPU now (after NPY_DISABLE_CPU_FEATURES)."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__  # noqa: PLC0415
-
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__  # noqa: PLC0415
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__  # noqa: PLC0415
     return [name for name in __cpu_dispatch__ if __cpu_features__.get(name)]
+
+
+def blas_cores() -> list[str]:
+    """The kernel family each loaded BLAS chose (OpenBLAS's core type, e.g. 'Haswell'), after importing torch."""
+    import torch  # noqa: F401, PLC0415 (its BLAS and OpenMP, loaded)
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    return sorted({str(i.get("architecture")) for i in threadpool_info() if i.get("architecture")})
+
+
+def torch_capability() -> str:
+    """The vector instruction set PyTorch's ATen kernels use ('AVX2', 'AVX512', 'DEFAULT', ...)."""
+    import torch  # noqa: PLC0415
+
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def threads() -> int:
@@ -55,32 +92,34 @@ def description() -> dict[str, str]:
         "arch": platform.machine(),
         "cpu": cpu_model(),
         "numpy_simd": " ".join(numpy_simd()) or "baseline",
+        "torch_capability": torch_capability(),
+        "blas_core": " ".join(blas_cores()),
         "threads": str(threads()),
         "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
     }
 
 
 def fingerprint() -> str:
-    """A folder name for this numeric environment, e.g. ``x86_64-amd-epyc-x86_v3-t2``."""
+    """A folder name for this numeric environment, e.g. ``x86_64-amd-epyc-f25m1-x86_v3-avx2-haswell-t2``."""
     info = description()
-    simd = info["numpy_simd"].split()[-1]
-    parts = [info["arch"], info["cpu"], simd, f"t{info['threads']}", info["mkl_cbwr"], info["openblas_coretype"]]
+    parts = [info["arch"], info["cpu"], info["numpy_simd"].split()[-1], info["torch_capability"],
+             info["blas_core"], f"t{info['threads']}", info["mkl_cbwr"]]
     slug = "-".join(p for p in parts if p)
-    return re.sub(r"[^a-z0-9_]+", "-", slug.lower()).strip("-")[:80]
+    return re.sub(r"[^a-z0-9_]+", "-", slug.lower()).strip("-")[:100]
 
 
 def is_other_machine(relative: str) -> bool:
-    """Whether a data path (relative to data/) lies in another machine's per-machine folder than REFERENCE's."""
+    """Whether a data path lies in another machine's per-machine folder than REFERENCE's."""
     parts = relative.split("/")
     return any(a == PER_MACHINE and b != REFERENCE for a, b in zip(parts, parts[1:-1]))
 
 
 def perturbed_environment() -> dict[str, str]:
     """Environment variables that change the numeric environment without touching OpenBLAS's core type:
-    one thread everywhere, MKL's compatible code path, and NumPy's own SIMD kernels switched off."""
+    one thread everywhere, MKL's compatible code path, PyTorch's generic kernels, NumPy's SIMD loops off."""
     env = dict.fromkeys(THREAD_VARIABLES, "1")
     env["MKL_CBWR"] = MKL_PATH
+    env["ATEN_CPU_CAPABILITY"] = ATEN_GENERIC
     simd = numpy_simd()
     if simd:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(simd)

@@ -41,21 +41,28 @@ METADATA_KEY = "attnbook_precision"  # a glue record's metadata: the digits its 
 RECORD_PREFIX = "application/papermill.record/"
 SKIPPED_MIMES = ("image/",)  # binary images; SVG coordinates are guarded by nbval's re-execution instead
 
-# A decimal or scientific literal, not part of a word, a version string or a hash.
-FLOAT_TOKEN = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?(?![\w.])")
+# A decimal or scientific literal (thousands separators allowed), not inside a word, a hash or a version
+# string (nothing but a sentence's full stop may follow it); a unit may follow ("0.25ms").
+FLOAT_TOKEN = re.compile(
+    r"(?<![\w.,])[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.\d*|\.\d+|\d+(?=[eE][-+]?\d))(?:[eE][-+]?\d+)?(?![\d,]\d|\.\d|\d)")
 
 
 def significant_digits(token: str) -> int:
     """How many significant digits a float literal shows: from its first nonzero digit to its last
     written digit, not counting zeros that end the integer part or a lone ``.0`` (Python's repr of
     an integral float). ``"0.03770"`` shows 4, ``"123500.0"`` 4, ``"2.5e-07"`` 2, ``"138.20"`` 5."""
-    mantissa = re.split("[eE]", token.lstrip("+-"))[0]
+    mantissa = re.split("[eE]", token.lstrip("+-"))[0].replace(",", "")
     if mantissa.endswith(".0"):
         mantissa = mantissa[:-2]
     whole, _, fraction = mantissa.partition(".")
     if not fraction:
         return len(whole.lstrip("0").rstrip("0"))
     return len((whole + fraction).lstrip("0"))
+
+
+def is_float_token(token: str) -> bool:
+    """Whether a FLOAT_TOKEN match is a float (has a decimal point or an exponent), not an integer."""
+    return "." in token or "e" in token.lower()
 
 
 def rounded(value: float, digits: int = SIGNIFICANT) -> float:
@@ -84,23 +91,26 @@ def below(value: float, bound: float, what: str = "value") -> Shown:
     """Assert ``value < bound`` and show the bound ("below 1e-06"), never the value: rule 3."""
     if not math.isfinite(value) or not value < bound:
         raise AssertionError(f"{what} {value!r} is not below its stated bound {bound:g}")
-    return Shown(f"below {bound:.0e}")
+    return Shown(f"below {bound:g}")
 
 
-def _as_float(value: Any) -> float | None:
-    """``value`` as a float when it is a non-integral real number (Python, NumPy or a 1-element tensor)."""
-    if hasattr(value, "numel") and hasattr(value, "item") and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool | numbers.Integral | Fraction):
-        return None
-    if isinstance(value, numbers.Real):
-        return float(value)
-    return None
+def _scalar(value: Any) -> Any:
+    """A NumPy scalar or 1-element array or tensor as the Python number it holds; anything else unchanged."""
+    if hasattr(value, "item") and hasattr(value, "ndim"):  # NumPy arrays and scalars, torch tensors
+        if (value.numel() if hasattr(value, "numel") else value.size) != 1:
+            raise TypeError(f"glue one number at a time, not an array of shape {tuple(value.shape)}")
+        return value.item()
+    return value
+
+
+def _is_float(value: Any) -> bool:
+    """A non-integral real number (not an int, a bool or a Fraction)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | numbers.Integral | Fraction)
 
 
 def _contains_float(value: Any) -> bool:
     if isinstance(value, list | tuple | set):
-        return any(_contains_float(v) or _as_float(v) is not None for v in value)
+        return any(_contains_float(v) or _is_float(_scalar(v)) for v in value)
     if isinstance(value, Mapping):
         return _contains_float(list(value.values()))
     return False
@@ -117,10 +127,10 @@ def glue(name: str, value: Any, display: bool = False, *, digits: int = SIGNIFIC
 
     if _contains_float(value):
         raise TypeError(f"glue {name!r}: glue each float on its own (or a formatted string), not a container")
-    number = _as_float(value)
+    value = _scalar(value)
     extra: dict[str, Any] = {}
-    if number is not None:
-        value = rounded(number, digits)
+    if _is_float(value):
+        value = rounded(float(value), digits)
         extra[METADATA_KEY] = {"significant": digits}
     mimebundle, metadata = format_display_data(value)
     metadata = {**metadata, **extra, "scrapbook": {"name": name, "mime_prefix": "" if display else RECORD_PREFIX}}
@@ -161,8 +171,8 @@ def stored_texts(cells: list[dict[str, Any]]) -> Iterator[tuple[int, str, str, M
 
 
 def _record_findings(notebook: str, index: int, mime: str, text: str, meta: Mapping[str, Any]) -> list[Finding]:
-    """Rule 2 for a glue record: a float record came through ``glue`` and shows no more than its digits."""
-    if not (mime.startswith(RECORD_PREFIX) and mime.endswith("text/plain")) or not FLOAT_TOKEN.fullmatch(text):
+    """Rule 2 for a glue record (shown or not): a float came through ``glue`` and shows no more than its digits."""
+    if "scrapbook" not in meta or not mime.endswith("text/plain") or not FLOAT_TOKEN.fullmatch(text.strip()):
         return []
     declared = meta.get(METADATA_KEY, {}).get("significant")
     if declared is None:
@@ -181,7 +191,7 @@ def stored_findings(path: Path, allowed: Mapping[str, str] = {}, name: str | Non
         found += _record_findings(name, index, mime, text, meta)
         for match in FLOAT_TOKEN.finditer(text):
             token = match.group()
-            if significant_digits(token) > MAX_SIGNIFICANT and token not in allowed:
+            if is_float_token(token) and significant_digits(token) > MAX_SIGNIFICANT and token not in allowed:
                 found.append(Finding(name, index, mime, token, f"more than {MAX_SIGNIFICANT} significant digits"))
     return found
 

@@ -34,7 +34,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .machine import is_other_machine
 from .paths import data_dir as default_data_dir
 from .paths import repo_root
 
@@ -244,14 +243,10 @@ def write_csv(path: Path | str, header: Sequence[str], rows: Iterable[Sequence[A
     return path
 
 
-def read_all_provenance(root: Path | None = None, other_machines: bool = False) -> list[dict[str, Any]]:
-    """Every sidecar under ``<root>/data``, sorted by file name; without the per-machine measurements of
-    machines other than the book's reference (``attnbook.machine``) unless ``other_machines``."""
+def read_all_provenance(root: Path | None = None) -> list[dict[str, Any]]:
+    """Every sidecar under ``<root>/data``, sorted by file name."""
     data = default_data_dir(root)
-    paths = sorted(data.rglob("*" + SIDECAR_SUFFIX))
-    if not other_machines:
-        paths = [p for p in paths if not is_other_machine(p.relative_to(data).as_posix())]
-    return [json.loads(p.read_text()) for p in paths]
+    return [json.loads(p.read_text()) for p in sorted(data.rglob("*" + SIDECAR_SUFFIX))]
 
 
 def code_digest(record: Mapping[str, Any]) -> str:
