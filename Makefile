@@ -75,9 +75,12 @@ $(MATHJAX): scripts/fetch_mathjax.py | $(STAMP)
 # The stored outputs were written in the machine's default numeric environment; nbval re-executes
 # them in a perturbed one (one thread, MKL_CBWR, NumPy's SIMD kernels off: scripts/perturbed.py),
 # so an output that another CPU would change fails here too. NUMERICS=native skips the perturbation.
+# Notebooks run NBVAL_WORKERS at a time (pytest-xdist; each notebook's cells stay in one worker).
 NUMERICS    ?= perturbed
+NBVAL_WORKERS ?= 2
 test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) in a perturbed numeric environment and compare with the stored outputs
-	$(if $(filter native,$(NUMERICS)),,$(PY) scripts/perturbed.py --show --) $(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+	$(if $(filter native,$(NUMERICS)),,$(PY) scripts/perturbed.py --show --) $(PY) -m pytest -p no:cacheprovider \
+	  -n $(NBVAL_WORKERS) --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
 
 book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stored outputs (no execution; MathJax served locally)
