@@ -73,7 +73,7 @@ $(MATHJAX): scripts/fetch_mathjax.py | $(STAMP)
 	$(PY) scripts/fetch_mathjax.py
 
 # The stored outputs were written in the machine's default numeric environment; nbval re-executes
-# them in a perturbed one (one thread, MKL_CBWR, NumPy's SIMD kernels off: scripts/perturbed.py),
+# them in a perturbed one (one thread, MKL_CBWR, ATen's generic kernels, NumPy's SIMD off: scripts/perturbed.py),
 # so an output that another CPU would change fails here too. NUMERICS=native skips the perturbation.
 # Notebooks run NBVAL_WORKERS at a time (pytest-xdist; each notebook's cells stay in one worker).
 NUMERICS    ?= perturbed

@@ -2,8 +2,9 @@
 
     python scripts/perturbed.py [--show] -- COMMAND [ARGS...]
 
-One thread for OpenMP, MKL and OpenBLAS, MKL's compatible code path (MKL_CBWR) and NumPy's own
-SIMD kernels switched off (NPY_DISABLE_CPU_FEATURES): the stored outputs were written in the
+One thread for OpenMP, MKL and OpenBLAS, MKL's compatible code path (MKL_CBWR), PyTorch's generic
+kernels (ATEN_CPU_CAPABILITY=default) and NumPy's own SIMD loops switched off
+(NPY_DISABLE_CPU_FEATURES): the stored outputs were written in the
 machine's default environment, so an output that depends on summation order or on the CPU's
 kernels fails here as it would on another machine. OPENBLAS_CORETYPE is never touched.
 """
