@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-from attnbook.machine import is_other_machine, perturbed_environment  # noqa: E402
+from attnbook.machine import is_other_machine, portable_environment  # noqa: E402
 
 
 def checkout_files(root: Path) -> list[Path]:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                "ATTNBOOK_ROOT": str(work),
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         if args.perturbed:
-            env.update(perturbed_environment())
+            env.update(portable_environment())
         command = [sys.executable, str(work / "scripts" / "reproduce.py")]
         command += ["--only", *args.only] if args.only else [] if args.all else ["--chapters"]
         print(f"re-running in {work}: {' '.join(command[2:]) or 'everything'}", flush=True)

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from attnbook.machine import perturbed_environment
+from attnbook.machine import portable_environment
 
 
 def main(argv: list[str]) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give a command after --")
-    changes = perturbed_environment()
+    changes = portable_environment()
     if args.show:
         print("perturbed numeric environment: " + ", ".join(f"{k}={v}" for k, v in sorted(changes.items())),
               flush=True)

@@ -16,6 +16,11 @@ order: the chapters, which read that data). For each notebook:
   5. treat data/ the same way: what a failing (or interrupted) notebook wrote there is rolled
      back, and temporary files left by a killed run are removed when the next run starts.
 
+The experiments' kernels run in the portable numeric environment (attnbook.machine: one thread,
+MKL's compatible path, PyTorch's generic kernels), so that their float32 training runs write the
+same bytes on another x86-64 CPU; the chapters run in the machine's own environment (their stored
+outputs follow attnbook.precision's rule, which make test checks in the portable environment).
+
 Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [--experiments | --chapters]
                     [-p NAME=VALUE ...] [--list] [--list-experiments]
 """
@@ -24,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import fcntl
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ import papermill
 import yaml
 
 from attnbook import celltags
+from attnbook.machine import portable_environment
 from attnbook.snapshot import all_or_nothing, remove_temporaries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,6 +134,26 @@ def strip_volatile(notebook: nbformat.NotebookNode) -> None:
             cell.outputs = coalesce_streams(cell.outputs)
 
 
+def notebook_environment(path: Path) -> dict[str, str]:
+    """The environment variables a notebook's kernel runs with beyond ours: the portable ones for an experiment."""
+    return portable_environment() if path.parts[:1] == (EXPERIMENTS,) else {}
+
+
+@contextlib.contextmanager
+def environment(changes: dict[str, str]) -> Iterator[None]:
+    """os.environ with ``changes`` for the duration (a kernel started inside inherits them)."""
+    saved = {key: os.environ.get(key) for key in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def run_notebook(path: Path, parameters: dict[str, Any]) -> float:
     """Execute one notebook in place (atomically). Returns the seconds it took."""
     source = nbformat.read(ROOT / path, as_version=4)
@@ -135,9 +163,10 @@ def run_notebook(path: Path, parameters: dict[str, Any]) -> float:
     os.close(fd)
     start = time.perf_counter()
     try:
-        result = papermill.execute_notebook(
-            source, tmp, parameters=params, cwd=str((ROOT / path).parent), progress_bar=False, kernel_name="python3"
-        )
+        with environment(notebook_environment(path)):
+            result = papermill.execute_notebook(
+                source, tmp, parameters=params, cwd=str((ROOT / path).parent), progress_bar=False,
+                kernel_name="python3")
         strip_volatile(result)
         celltags.apply(result.cells)
         nbformat.write(result, tmp)
@@ -194,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"removed {len(left)} temporary file(s) left by an interrupted run", flush=True)
     total = time.perf_counter()
     for i, path in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {path} ...", flush=True)
+        pinned = " (portable numerics: " + ", ".join(f"{k}={v}" for k, v in sorted(notebook_environment(path).items())) + ")"
+        print(f"[{i}/{len(notebooks)}] {path}{pinned if notebook_environment(path) else ''} ...", flush=True)
         with all_or_nothing(DATA, DATA_BACKUP):
             seconds = run_notebook(path, parameters)
         print(f"[{i}/{len(notebooks)}] {path} done in {seconds:.1f} s", flush=True)

@@ -5,6 +5,7 @@ of every stored output of the book against it. The perturbed re-execution is `ma
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from attnbook import machine, precision
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import reproduce  # noqa: E402
 from reproduce import toc_notebooks  # noqa: E402
 
 BOOK = [pytest.param(p, id=str(p)) for p in toc_notebooks()]
@@ -118,8 +120,8 @@ def test_chapters_glue_through_the_precision_helper(notebook: Path) -> None:
     assert not any(re.search(r"from myst_nb import .*\bglue\b|myst_nb\.glue\(", s) for s in sources)
 
 
-def test_the_perturbed_environment_changes_the_numerics_but_not_openblas_core_type() -> None:
-    env = machine.perturbed_environment()
+def test_the_portable_environment_changes_the_numerics_but_not_openblas_core_type() -> None:
+    env = machine.portable_environment()
     assert {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_CBWR"} <= set(env)
     assert not {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} & set(env)
     makefile = (ROOT / "Makefile").read_text()
@@ -187,7 +189,7 @@ def test_below_shows_a_bound_that_is_not_a_power_of_ten_exactly() -> None:
 
 
 @pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="MKL and ATen's AVX kernels: x86-64")
-def test_the_perturbed_environment_changes_pytorch_results() -> None:
+def test_the_portable_environment_changes_pytorch_results() -> None:
     # the perturbation is only useful if it changes results: PyTorch's vector kernels and MKL's code path
     code = ("import torch, hashlib; g = torch.Generator().manual_seed(0); a = torch.randn(64, 257, generator=g);"
             "b = torch.randn(257, 33, generator=g, dtype=torch.float64);"
@@ -197,6 +199,37 @@ def test_the_perturbed_environment_changes_pytorch_results() -> None:
     native = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     perturbed = subprocess.run([*script, sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert native != perturbed
+
+
+_FLOAT32_STEP = (
+    "import torch, hashlib; g = torch.Generator().manual_seed(0); a = torch.randn(96, 257, generator=g);"
+    "b = torch.randn(257, 80, generator=g); w = torch.randn(80, 80, generator=g, requires_grad=True);"
+    "torch.softmax((a @ b) @ w, -1).sum().backward(); x = torch.randn(2_000_003, generator=g);"
+    "print(hashlib.sha256((a @ b).numpy().tobytes() + w.grad.numpy().tobytes()"
+    " + x.sum().numpy().tobytes()).hexdigest())")
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="MKL and ATen's AVX kernels: x86-64")
+def test_every_pin_of_the_portable_environment_is_needed_for_float32_bytes() -> None:
+    # The experiments run in portable_environment (make reproduce): each of its pins, left out, changes the
+    # bytes of a float32 forward/backward step, so none is decoration. (That the pinned bytes agree across CPUs
+    # is MKL's promise for its compatible path plus generic, undispatched code; other machines check it.)
+    def digest(changes: dict[str, str | None]) -> str:
+        env = {**os.environ, **machine.portable_environment()}
+        for key, value in changes.items():
+            env.pop(key, None) if value is None else env.__setitem__(key, value)
+        return subprocess.run([sys.executable, "-c", _FLOAT32_STEP], env=env, capture_output=True, text=True,
+                              check=True).stdout
+    pinned = digest({})
+    assert digest({}) == pinned
+    for unpinned in ({"MKL_CBWR": None}, {"ATEN_CPU_CAPABILITY": None},
+                     {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}):
+        assert digest(unpinned) != pinned, f"{unpinned} left the bytes unchanged"
+
+
+def test_reproduce_runs_the_experiments_and_only_them_in_the_portable_environment() -> None:
+    assert reproduce.notebook_environment(Path("experiments/key_bias.ipynb")) == machine.portable_environment()
+    assert reproduce.notebook_environment(Path("chapters/01_identification.ipynb")) == {}
 
 
 def test_git_ignores_other_machines_and_keeps_the_reference() -> None:

@@ -1,17 +1,29 @@
-"""The numeric environment a run happens in: a fingerprint for per-machine data, and a perturbed environment.
+"""The numeric environment a run happens in: a fingerprint for per-machine data, and a portable environment.
 
 Floating-point results below rounding level depend on the CPU (which SIMD kernels NumPy,
 OpenBLAS, MKL and PyTorch's ATen pick), the thread count and the BLAS build.
 ``fingerprint()`` names that environment for the data that genuinely depend on it
 (``data/**/machines/<fingerprint>/``, rule 4 of ``attnbook.precision``);
-``perturbed_environment()`` is what ``make test`` runs the notebooks under, so that a stored
-output that would change on another CPU fails here too.
+``portable_environment()`` pins the numerics to code paths every x86-64 CPU runs the same way,
+and it has two uses:
 
-What the perturbation can and cannot change: it switches PyTorch to its generic (non-SIMD)
+* the experiments (``experiments/*.ipynb``) run in it under ``make reproduce``: their float32
+  training runs amplify a last-bit difference of one matrix product into a different trajectory,
+  so their data are byte-identical on another x86-64 CPU only when every kernel is the same
+  there. Each pin matters (``tests/test_precision.py``: MKL's default path, PyTorch's AVX2
+  kernels and two threads each change a float32 training step's bytes), and MKL promises its
+  compatible path gives the same bits on every x86-64 processor at a fixed thread count;
+* ``make test`` re-executes the chapters in it (``scripts/perturbed.py``): the chapters are
+  written in the machine's default environment, so a stored output that depends on summation
+  order or on the CPU's kernels fails there as it would on another machine.
+
+What it can and cannot change: it switches PyTorch to its generic (non-SIMD)
 ATen kernels, MKL to its compatible code path, every library to one thread, and NumPy's own
 SIMD loops off. It leaves OpenBLAS's choice of kernel alone: that is ``OPENBLAS_CORETYPE``,
 which some machines set on purpose and which the book never touches, so NumPy's BLAS and
-LAPACK results are guarded by the precision rule alone.
+LAPACK results are guarded by the precision rule alone (the experiments use no NumPy linear
+algebra). MKL's compatible path is an x86 promise: on ARM, where PyTorch uses other BLAS builds,
+nothing here makes the experiments' bytes portable.
 """
 
 from __future__ import annotations
@@ -114,9 +126,9 @@ def is_other_machine(relative: str) -> bool:
     return any(a == PER_MACHINE and b != REFERENCE for a, b in zip(parts, parts[1:-1]))
 
 
-def perturbed_environment() -> dict[str, str]:
-    """Environment variables that change the numeric environment without touching OpenBLAS's core type:
-    one thread everywhere, MKL's compatible code path, PyTorch's generic kernels, NumPy's SIMD loops off."""
+def portable_environment() -> dict[str, str]:
+    """Environment variables that pin the numerics without touching OpenBLAS's core type: one thread
+    everywhere, MKL's compatible code path, PyTorch's generic kernels, NumPy's dispatched SIMD loops off."""
     env = dict.fromkeys(THREAD_VARIABLES, "1")
     env["MKL_CBWR"] = MKL_PATH
     env["ATEN_CPU_CAPABILITY"] = ATEN_GENERIC
