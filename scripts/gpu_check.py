@@ -306,6 +306,7 @@ def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope
     import torch
     import torch.nn.functional as F
 
+    from attnid.normalise import additive_mask, causal_mask
     from attnid.rope import apply_rope
 
     dtype, (b, h, n, d), g = q.dtype, q.shape, k.shape[1]
@@ -317,8 +318,7 @@ def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     k = torch.cat([k, k.new_zeros(b, h, 1, d)], dim=2)
     v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=2)
-    hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if causal else None
-    scores_mask = q.new_zeros(n, n) if hidden is None else q.new_zeros(n, n).masked_fill(hidden, float("-inf"))
+    scores_mask = additive_mask(causal_mask(n, q.device), dtype) if causal else q.new_zeros(n, n)
     mask = torch.cat([scores_mask.expand(1, h, n, n), sink.to(dtype)[None, :, None, None].expand(1, h, n, 1)], dim=-1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 

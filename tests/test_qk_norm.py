@@ -74,7 +74,7 @@ def test_window_mask_shows_each_row_its_last_w_keys(gen: torch.Generator) -> Non
     (dict(qk_norm="shared", qk_norm_eps=-1e-6), ValueError, "qk_norm_eps must lie in"),
     (dict(qk_norm="shared", qk_norm_eps=float("nan")), ValueError, "qk_norm_eps must lie in"),
     (dict(qk_norm="shared", qk_norm_eps=True), TypeError, "qk_norm_eps must be a real number"),
-    (dict(window=0, causal=True), ValueError, "window must be >= 1"),
+    (dict(window=0, causal=True), ValueError, "window must be an integer from 1 to 2,147,483,647, got 0"),
     (dict(window=2.0, causal=True), TypeError, "window must be an integer"),
 ])
 def test_invalid_qk_norm_and_window_fields(kwargs: dict, error: type, message: str) -> None:

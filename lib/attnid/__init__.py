@@ -9,7 +9,11 @@
 
 Modules, one line each:
 
-``spec``       AttentionSpec (one validated layout) and Params, the type of a point in parameter space
+``layout``     the Layout protocol every family's layout follows, the Family record, the one Count record
+``fields``     the field schema: one type, range and message per layout field, for every door
+``spec``       AttentionSpec (one validated layout of the multi-head family)
+``mha``        the multi-head family's record (AttentionSpec with its count, layer, orbit and check)
+``families``   the list of families, and count / verify / forward ... of a layout of any family
 ``rope``       rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
 ``normalise``  causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
 ``layer``      the reference attention layer: parameter shapes, random points, ``forward``
@@ -46,6 +50,7 @@ from typing import Any
 from .counts import Count, count
 from .jacobian import count_parameters, functional_rank, jacobian_matrix
 from .layer import forward, init_params
+from .layout import Layout
 from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
 from .runtime import generator
 from .spec import AttentionSpec, Params
@@ -62,6 +67,7 @@ __all__ = [
     "DEFAULT_ZERO_TOL",
     "AttentionSpec",
     "Count",
+    "Layout",
     "Params",
     "RankDecision",
     "Verification",

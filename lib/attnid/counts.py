@@ -50,9 +50,12 @@ three positions lie in the first chunk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from .layout import Count
 from .spec import AttentionSpec
+
+__all__ = ["Count", "FactoredCount", "count"]  # Count lives in attnid.layout: one record for every family
 
 
 @dataclass(frozen=True)
@@ -120,29 +123,6 @@ class FactoredCount:
 
 
 
-@dataclass(frozen=True)
-class Count:
-    """Exact parameter count of a layout. ``unidentified`` is None when the theory does not cover it."""
-
-    spec: AttentionSpec
-    total: int
-    unidentified: int | None
-    breakdown: dict[str, int] = field(default_factory=dict)
-    note: str = ""
-    weakly_identified: int = 0
-    """Directions identified only through a QK-norm's eps > 0 (each head's query/key scale); 0 otherwise."""
-
-    @property
-    def covered(self) -> bool:
-        """Whether the exact count is proved for this layout."""
-        return self.unidentified is not None
-
-    @property
-    def ratio(self) -> float | None:
-        """unidentified / total."""
-        return None if self.unidentified is None else self.unidentified / self.total
-
-
 def total_parameters(spec: AttentionSpec) -> int:
     """P = d (H d_k + G d_k + G d_v + H d_v) + the biases present + H learned sink logits + the QK-norm weights."""
     d, h, g, dk, dv = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim
@@ -195,7 +175,7 @@ def window_not_covered(spec: AttentionSpec) -> str:
     return ""
 
 
-def qk_norm_units(spec: AttentionSpec) -> int:
+def qk_norm_unit_count(spec: AttentionSpec) -> int:
     """Dimensions of the diagonal matrices commuting with RoPE: r/2 rotated pairs plus d_k - r unrotated coordinates."""
     return spec.rope_dims // 2 + spec.head_dim - spec.rope_dims
 
@@ -204,7 +184,7 @@ def qk_norm_trade(spec: AttentionSpec) -> int:
     """Unidentified QK-norm weight directions: q_norm -> q_norm D, k_norm -> k_norm / D, once or per group."""
     if spec.qk_norm == "unweighted":
         return 0
-    return qk_norm_units(spec) * (1 if spec.qk_norm == "shared" else spec.kv_heads)
+    return qk_norm_unit_count(spec) * (1 if spec.qk_norm == "shared" else spec.kv_heads)
 
 
 def qk_norm_rotations(spec: AttentionSpec) -> int:

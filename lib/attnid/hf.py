@@ -35,6 +35,8 @@ import torch
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import normalise
+from .normalise import additive_mask
 from .spec import AttentionSpec, Params
 
 FAMILIES = ("gpt2", "llama", "qwen2", "gpt_neox", "gpt_oss", "qwen3", "gemma3", "olmo2")
@@ -111,8 +113,8 @@ def float64_kept() -> Iterator[None]:
 
 
 def causal_mask(n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask (1, 1, n, n): 0 on and below the diagonal, -inf above."""
-    return torch.full((n, n), float("-inf"), dtype=dtype).triu(1)[None, None]
+    """Additive mask (1, 1, n, n): 0 on and below the diagonal, -inf above (attnid.normalise's causal mask)."""
+    return additive_mask(normalise.causal_mask(n, "cpu"), dtype)[None, None]
 
 
 def window_mask(n: int, window: int, dtype: torch.dtype) -> torch.Tensor:
@@ -121,7 +123,7 @@ def window_mask(n: int, window: int, dtype: torch.dtype) -> torch.Tensor:
 
     i = torch.arange(n)
     allowed = sliding_window_causal_mask_function(window)(torch.tensor(0), torch.tensor(0), i[:, None], i[None, :])
-    return torch.zeros(n, n, dtype=dtype).masked_fill(~allowed, float("-inf"))[None, None]
+    return additive_mask(~allowed, dtype)[None, None]
 
 
 def float64_rope(x: torch.Tensor, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor]:

@@ -639,7 +639,7 @@ def map_mla(cfg: Config) -> list[LayerGroup]:
             cfg.ignore(name, why)
     c = mla_count(spec)
     return [LayerGroup("full_attention", layers, spec.describe(), c.total, c.unidentified, dict(c.breakdown),
-                       c.note, c.weak, spec)]
+                       c.note, c.weakly_identified, spec)]
 
 
 for _type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .normalise import attention_weights
+from .normalise import attention_weights, rms_normalise
 from .rope import apply_rope
 from .spec import AttentionSpec, Params
 
@@ -89,7 +89,7 @@ def qk_normalise(t: torch.Tensor, weight: torch.Tensor | None, spec: AttentionSp
     heads' entries of a token (the whole projection width, as OLMo-2 does before splitting heads).
     """
     dims = (-3, -1) if spec.qk_norm == "full" else (-1,)
-    scaled = t * torch.rsqrt(t.pow(2).mean(dim=dims, keepdim=True) + spec.qk_norm_eps)
+    scaled = rms_normalise(t, spec.qk_norm_eps, dims)
     if weight is None:  # 'unweighted'
         return scaled
     return scaled * (weight if weight.ndim == 1 else weight[:, None, :])

@@ -32,7 +32,7 @@ element; the chapter proves each leaves Y unchanged):
 * the RoPE commutant (d_r dimensions: a complex scalar per rotated pair), one for all heads
   together, because the rotated key K^r is shared.
 
-``count`` adds these up when the widths make every factor generic (``MLACount.covered``); the
+``count`` adds these up when the widths make every factor generic (``Count.covered``); the
 numeric nullity (``verify``) is measured with ``attnid.rank``'s rule.
 """
 
@@ -41,16 +41,18 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
+from .fields import check
 from .jacobian import RankAccumulator, count_parameters, flatten, input_jacobian
-from .normalise import attention_weights
+from .layout import Count, Family
+from .normalise import additive_mask, attention_weights, causal_mask, rms_normalise
 from .rank import DEFAULT_ZERO_TOL, RankDecision, numerical_rank
 from .rope import apply_rope, rope_tables
-from .spec import MAX_ROPE_BASE, MIN_ROPE_BASE, Params, format_base
+from .spec import Params, format_base
 
 # transformers builds q_a_layernorm and kv_a_layernorm as DeepseekV3RMSNorm(width), whose eps defaults to 1e-6;
 # the config's rms_norm_eps goes to the decoder block's norms only. The original DeepSeek code does the same.
@@ -74,14 +76,6 @@ _IGNORED_WHY = {
 _ROPE_KEYS_READ = ("rope_theta", "rope_type")
 
 
-def _int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 @dataclass(frozen=True)
 class MLASpec:
     """A validated multi-head latent attention layout (one layer). ``q_lora_rank`` None: one full query projection."""
@@ -98,23 +92,11 @@ class MLASpec:
     causal: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "heads", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
-            _int(name, getattr(self, name), 1)
-        _int("qk_rope_head_dim", self.qk_rope_head_dim, 0)
-        if self.qk_rope_head_dim % 2:
-            raise ValueError(f"qk_rope_head_dim must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}")
+        for name in ("d_model", "heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                     "rope_base", "norm_eps"):
+            check(name, getattr(self, name))
         if self.q_lora_rank is not None:
-            _int("q_lora_rank", self.q_lora_rank, 1)
-        base = self.rope_base
-        if isinstance(base, bool) or not isinstance(base, numbers.Real):
-            raise TypeError(f"rope_base must be a real number, got {base!r}")
-        if not MIN_ROPE_BASE <= float(base) <= MAX_ROPE_BASE:
-            raise ValueError(f"rope_base must lie in [1 + 1e-6, 1e12], got {base!r}")
-        eps = self.norm_eps
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-            raise TypeError(f"norm_eps must be a real number, got {eps!r}")
-        if not (math.isfinite(float(eps)) and float(eps) >= 0.0):
-            raise ValueError(f"norm_eps must be a finite number >= 0, got {eps!r}")
+            check("q_lora_rank", self.q_lora_rank)
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be True or False, got {self.causal!r}")
 
@@ -256,11 +238,6 @@ def check_params(params: Params, spec: MLASpec) -> None:
             raise ValueError(f"{name} contains NaN or inf")
 
 
-def rms_normalise(z: torch.Tensor, eps: float) -> torch.Tensor:
-    """N(z) = z / sqrt(mean(z^2) + eps) over the last axis (an RMSNorm without its weight)."""
-    return z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
-
-
 def query_states(params: Params, x: torch.Tensor, spec: MLASpec) -> torch.Tensor:
     """Q of shape (..., H, n, d_n + d_r), before RoPE."""
     if spec.q_lora_rank is None:
@@ -295,26 +272,6 @@ def forward(params: Params, x: torch.Tensor, spec: MLASpec) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- the count
 
 
-@dataclass(frozen=True)
-class MLACount:
-    """Parameters of one MLA layer and how many its function cannot see. ``unidentified`` None: not covered."""
-
-    spec: MLASpec
-    total: int
-    unidentified: int | None
-    breakdown: dict[str, int] = field(default_factory=dict)
-    weak: int = 0
-    note: str = ""
-
-    @property
-    def covered(self) -> bool:
-        return self.unidentified is not None
-
-    @property
-    def ratio(self) -> float | None:
-        return None if self.unidentified is None else self.unidentified / self.total
-
-
 def total_parameters(spec: MLASpec) -> int:
     """All parameters of the layer, norm weights included."""
     return sum(math.prod(shape) for shape in parameter_shapes(spec).values())
@@ -343,17 +300,17 @@ def latent_symmetry_dimension(width: int, eps: float) -> int:
     return width * (width - 1) // 2 + width + (eps == 0)
 
 
-def count(spec: MLASpec) -> MLACount:
+def count(spec: MLASpec) -> Count:
     """Total and unidentified parameters per layer (the chapter's theorem), with the breakdown by source.
 
-    ``weak`` is the number of directions that are unidentified at eps = 0 and only weakly
+    ``weakly_identified`` is the number of directions that are unidentified at eps = 0 and only weakly
     identified at eps > 0 (the scale of each down-projection): 0 when eps = 0.
     """
     total = total_parameters(spec)
     problems = coverage_problems(spec)
     latents = 1 + (spec.q_lora_rank is not None)
     if problems:
-        return MLACount(spec, total, None, {}, 0, "not covered: " + "; ".join(problems))
+        return Count(spec, total, None, {}, "not covered: " + "; ".join(problems))
     breakdown = {"kv_latent": latent_symmetry_dimension(spec.kv_lora_rank, spec.norm_eps)}
     if spec.q_lora_rank is not None:
         breakdown["q_latent"] = latent_symmetry_dimension(spec.q_lora_rank, spec.norm_eps)
@@ -361,7 +318,7 @@ def count(spec: MLASpec) -> MLACount:
     breakdown["rope_commutant"] = spec.qk_rope_head_dim
     breakdown["value_output"] = spec.heads * spec.v_head_dim**2
     weak = latents if spec.norm_eps > 0 else 0
-    return MLACount(spec, total, sum(breakdown.values()), breakdown, weak)
+    return Count(spec, total, sum(breakdown.values()), breakdown, weakly_identified=weak)
 
 
 # ---------------------------------------------------------------------------------------------- symmetries
@@ -575,8 +532,22 @@ class MLAVerification:
         return self.decision.nullity
 
     @property
+    def numeric_unidentified(self) -> int:
+        """The numeric nullity (the name every family's check shares)."""
+        return self.decision.nullity
+
+    @property
     def matches(self) -> bool:
         return self.decision.clear and self.exact is not None and self.exact == self.numeric
+
+
+def _int(name: str, value: Any, minimum: int) -> int:
+    """A verify argument: an integer >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
 
 
 def _model(spec: MLASpec):
@@ -707,7 +678,7 @@ class HFMLA:
             kwargs = {"position_embeddings": position}
         else:
             kwargs = {"position_embeddings": (cos[None].expand(x.shape[0], -1, -1), sin[None].expand(x.shape[0], -1, -1))}
-        mask = torch.full((n, n), float("-inf"), dtype=x.dtype).triu(1)[None, None]
+        mask = additive_mask(causal_mask(n, x.device), x.dtype)[None, None]
         with sdpa_kernel(SDPBackend.MATH):
             return functional_call(self.module, dict(weights), (x,), {**kwargs, "attention_mask": mask}, strict=True)[0]
 
@@ -798,3 +769,31 @@ def hf_cross_check(spec: MLASpec, version: str = "v3", seed: int = 0, seq_len: i
     moved = apply_symmetry(params, spec, random_symmetry(spec, gen))
     change = float((layer.output(layer.from_attnid(moved), x) - y).abs().max()) / scale
     return HFCrossCheck(version, spec, same, change, round_trip)
+
+
+# ---------------------------------------------------------------------------------------------- the family record
+
+
+def _example() -> MLASpec:
+    """A small latent layout with both latents and a rotated part, quick to verify."""
+    return MLASpec(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2,
+                   q_lora_rank=4)
+
+
+def _from_hf_config(cfg: Mapping[str, Any]) -> tuple[MLASpec, dict[str, str]]:
+    return MLASpec.from_hf_config(cfg)
+
+
+FAMILY = Family(
+    name="latent",
+    layout=MLASpec,
+    proofs=("thm-mla-symmetries", "prop-mla-count", "prop-mla-weak"),
+    parameter_shapes=parameter_shapes,
+    init_params=init_params,
+    forward=forward,
+    count=count,
+    tangent_basis=lambda params, spec: tangent_basis(params, spec).T,
+    verify=verify,
+    example=_example,
+    from_hf_config=_from_hf_config,
+)

@@ -1,4 +1,4 @@
-"""Attention weights from scores: the one implementation of the causal mask, softmax, the sink and sigmoid.
+"""Attention weights from scores: the one implementation of the masks, softmax, the sink, sigmoid and RMSNorm.
 
     softmax:  A_ij = exp(S_ij) / sum_l exp(S_il)
     sink:     A_ij = exp(S_ij) / (exp(s_h) + sum_l exp(S_il))   (one logit s_h per head, denominator only)
@@ -6,8 +6,10 @@
 
 With a causal mask, keys j > i are removed from row i (weight exactly 0); a sliding window of
 w keys (always causal) removes the keys j <= i - w as well, so row i sees i - w < j <= i; chunks
-of c tokens (always causal) remove the keys of earlier chunks. A leaf module: it imports
-nothing from ``attnid``.
+of c tokens (always causal) remove the keys of earlier chunks. The masks are boolean (True:
+hidden); ``additive_mask`` turns one into the 0 / -inf form that transformers' modules and
+PyTorch's ``scaled_dot_product_attention`` take. ``rms_normalise`` is the RMSNorm without its
+weight that QK-norm and latent attention share. A leaf module: it imports nothing from ``attnid``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ def chunk_mask(n: int, chunk: int, device: torch.device | str) -> torch.Tensor:
     """(n, n) boolean, True where row i may not look: keys j > i, and keys of an earlier chunk of ``chunk`` tokens."""
     i = torch.arange(n, device=device)
     return (i[None, :] > i[:, None]) | (i[None, :] // chunk != i[:, None] // chunk)
+
+
+def additive_mask(hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True: hidden) as scores to add: 0 where a key is seen, -inf where it is hidden."""
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, -math.inf)
+
+
+def rms_normalise(z: torch.Tensor, eps: float, dims: int | tuple[int, ...] = -1) -> torch.Tensor:
+    """z / sqrt(mean(z^2) + eps) over ``dims``: RMSNorm without its weight."""
+    return z * torch.rsqrt(z.pow(2).mean(dim=dims, keepdim=True) + eps)
 
 
 def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None,

@@ -31,14 +31,11 @@ earlier chapters (every count and output of a layout without them is unchanged):
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import torch
-
+from .fields import MAX_NORM_EPS, MAX_ROPE_BASE, MIN_ROPE_BASE, check, rope_columns  # noqa: F401 (re-exported)
+from .layout import Params  # noqa: F401 (a point in parameter space: named tensors; re-exported)
 from .normalise import NORMS
 
 Norm = Literal["softmax", "sink", "sigmoid"]
@@ -46,24 +43,8 @@ QKNorm = Literal["none", "shared", "per-head", "full", "unweighted"]
 QK_NORMS: tuple[str, ...] = ("none", "shared", "per-head", "full", "unweighted")
 # The default epsilon of a QK-norm: Qwen3's rms_norm_eps (transformers Qwen3Config; Gemma 3 uses the same).
 DEFAULT_QK_NORM_EPS = 1e-6
-# Epsilons a layout accepts: 0 (the exact scale invariance) up to 1, far above any published value (1e-6, 1e-5).
-MAX_QK_NORM_EPS = 1.0
+MAX_QK_NORM_EPS = MAX_NORM_EPS  # the ranges of every field, and why: attnid.fields
 BIAS_LETTERS = "qkvo"
-# A point in parameter space: named tensors (the layer's W_Q, W_K, ..., or any model's).
-Params = Mapping[str, torch.Tensor]
-# The RoPE bases a layout accepts. Position p turns the pair (i, i + r/2) by p * base^(-2i/r): the
-# slowest pair turns by more than base^-1 per position, and adjacent pairs turn at speeds that
-# differ by the factor base^(2/r), about 1 + (2/r) ln(base) near 1. Above 1e12 the slowest pair turns
-# by less than 1e-12 per position, a change to a score of a few thousand float64 round-offs (2.2e-16)
-# per position: at the lengths a numeric check uses, that pair is hard to tell from an unrotated one,
-# whose layout has a larger symmetry group than the exact count describes (base 1e308 gave a "clear"
-# mismatch). Below 1 + 1e-6 all pairs turn at speeds equal to within 1e-6 (2/r): the differences
-# RoPE's count rests on sink towards the rank rule's zero tolerance (1e-10) and again look like
-# extra symmetries (base 1 + 1e-10 gave a "clear" mismatch). Published layouts use 1e4 to 1e7.
-# Inside the range a numeric check can still be inconclusive for wide rotated heads near either end
-# ("NOT clear", as at base 1e12 with r = 8), which is honest, not wrong.
-MIN_ROPE_BASE = 1.0 + 1e-6
-MAX_ROPE_BASE = 1e12
 
 
 def parse_bias(text: str) -> str:
@@ -81,13 +62,6 @@ def parse_bias(text: str) -> str:
     return "".join(c for c in BIAS_LETTERS if c in lowered)
 
 
-def _real(name: str, value: Any) -> float:
-    """``value`` as a float; TypeError for booleans and anything that is not a real number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    return float(value)
-
-
 def format_base(base: float) -> str:
     """A RoPE base as typed, without rounding: 10000, 500000, 1.000001, 1e+16 (shortest round-trip form)."""
     text = repr(float(base))
@@ -96,24 +70,11 @@ def format_base(base: float) -> str:
 
 def rope_dims_from_fraction(fraction: float, head_dim: int) -> int:
     """r = fraction * d_k, which must be an even integer (RoPE rotates pairs of dimensions)."""
-    fraction = _real("rope_fraction", fraction)
-    if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
-        raise ValueError(f"rope_fraction must lie in [0, 1], got {fraction}")
-    exact = fraction * head_dim
-    r = round(exact)
-    if abs(exact - r) > 1e-9:
-        raise ValueError(f"rope_fraction {fraction} of head_dim {head_dim} is {exact:g} dimensions, not a whole number")
-    if r % 2:
-        raise ValueError(f"RoPE rotates pairs: rope_fraction {fraction} of head_dim {head_dim} gives odd r = {r}")
-    return r
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+    try:
+        return rope_columns(fraction, head_dim)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        raise type(exc)(message if "rope_fraction" in message else f"rope_fraction {message}") from None
 
 
 @dataclass(frozen=True)
@@ -137,11 +98,8 @@ class AttentionSpec:
     chunk: int | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("d_model", self.d_model)
-        _positive_int("heads", self.heads)
-        _positive_int("kv_heads", self.kv_heads)
-        _positive_int("head_dim", self.head_dim)
-        _positive_int("v_head_dim", self.v_head_dim)
+        for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim"):
+            check(name, getattr(self, name))
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads}")
         if parse_bias(self.bias) != self.bias:
@@ -150,10 +108,7 @@ class AttentionSpec:
             raise TypeError(f"rope_dims must be an integer, got {self.rope_dims!r}")
         if not 0 <= self.rope_dims <= self.head_dim or self.rope_dims % 2:
             raise ValueError(f"rope_dims must be an even number in [0, head_dim={self.head_dim}], got {self.rope_dims}")
-        base = _real("rope_base", self.rope_base)
-        if not MIN_ROPE_BASE <= base <= MAX_ROPE_BASE:  # also refuses NaN and infinities
-            raise ValueError(f"rope_base must lie in [1 + 1e-6, 1e12] (RoPE angles meaningful in float64), "
-                             f"got {format_base(base) if math.isfinite(base) else repr(base)}")
+        check("rope_base", self.rope_base)
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
         if self.sink_learned and self.norm != "sink":
@@ -162,15 +117,13 @@ class AttentionSpec:
             raise TypeError(f"causal must be True or False, got {self.causal!r}")
         if not isinstance(self.qk_norm, str) or self.qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}; got {self.qk_norm!r}")
-        eps = _real("qk_norm_eps", self.qk_norm_eps)
-        if not 0.0 <= eps <= MAX_QK_NORM_EPS:  # also refuses NaN
-            raise ValueError(f"qk_norm_eps must lie in [0, {MAX_QK_NORM_EPS:g}], got {eps!r}")
+        check("qk_norm_eps", self.qk_norm_eps)
         if self.window is not None:
-            _positive_int("window", self.window)
+            check("window", self.window)
             if not self.causal:
                 raise ValueError("a sliding window needs causal=True (query i sees keys i - window < j <= i)")
         if self.chunk is not None:
-            _positive_int("chunk", self.chunk)
+            check("chunk", self.chunk)
             if not self.causal:
                 raise ValueError("chunked attention needs causal=True (query i sees keys j <= i of its own chunk)")
             if self.window is not None:
@@ -197,10 +150,10 @@ class AttentionSpec:
         chunk: int | None = None,
     ) -> "AttentionSpec":
         """Build a spec with defaults: kv_heads = heads, head widths d_model / heads, RoPE from a fraction."""
-        _real("rope_fraction", rope_fraction)
-        _real("rope_base", rope_base)
-        _positive_int("d_model", d_model)
-        _positive_int("heads", heads)
+        check("rope_fraction", rope_fraction)
+        check("rope_base", rope_base)
+        check("d_model", d_model)
+        check("heads", heads)
         if head_dim is None or v_head_dim is None:
             if d_model % heads:
                 raise ValueError(
@@ -208,7 +161,7 @@ class AttentionSpec:
                 )
         head_dim = d_model // heads if head_dim is None else head_dim
         v_head_dim = d_model // heads if v_head_dim is None else v_head_dim
-        _positive_int("head_dim", head_dim)
+        check("head_dim", head_dim)
         if rope_dims is not None and rope_fraction:
             raise ValueError("give rope_fraction or rope_dims, not both")
         r = rope_dims if rope_dims is not None else rope_dims_from_fraction(rope_fraction, head_dim)
@@ -225,7 +178,7 @@ class AttentionSpec:
             norm=norm,  # type: ignore[arg-type]
             sink_learned=sink_learned,
             qk_norm=qk_norm,  # type: ignore[arg-type]
-            qk_norm_eps=float(_real("qk_norm_eps", qk_norm_eps)),
+            qk_norm_eps=float(check("qk_norm_eps", qk_norm_eps)),
             window=window,
             chunk=chunk,
         )
@@ -305,7 +258,7 @@ def standard_layouts(d_model: int, heads: list[int] | None = None, biases: tuple
     ``heads`` defaults to every H dividing d; full RoPE is added where d/H is even (RoPE rotates
     pairs). Each layout appears once per bias flag in ``biases``. Order: H, then G, RoPE off then on, bias.
     """
-    _positive_int("d_model", d_model)
+    check("d_model", d_model)
     chosen = divisors(d_model) if heads is None else heads
     bad = [h for h in chosen if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d_model % h]
     if bad:

@@ -67,6 +67,11 @@ class Verification:
         return self.numeric.n_inputs
 
     @property
+    def exact(self) -> int | None:
+        """The exact count of unidentified parameters (None: not covered)."""
+        return self.count.unidentified
+
+    @property
     def numeric_unidentified(self) -> int:
         return self.decision.nullity
 
