@@ -71,7 +71,7 @@ def test_bias_status_under_partial_rope() -> None:
     ("entry", "message"),
     [
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4}, "missing field"),
-        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 0}, "field 'layers': must be a positive integer"),
+        ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 0}, "field 'layers': must be an integer from 1 to 2,147,483,647"),
         ({"d_model": 8, "heads": 2, "kv_heads": 3, "head_dim": 4, "layers": 1}, "must divide heads"),
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "size": 3}, "unknown field"),
         ({"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 1, "uncovered": ["moe"]}, "uncovered"),
@@ -165,8 +165,8 @@ def test_qwen3_entry_agrees_with_the_published_config() -> None:
 @pytest.mark.parametrize(("extra", "message"), [
     ({"qk_norm": "rms"}, "field 'qk_norm': must be one of"),
     ({"qk_norm_eps": 1e-6}, "needs a qk_norm other than none"),
-    ({"qk_norm": "shared", "qk_norm_eps": -1}, "must be a number in"),
-    ({"window": 0}, "field 'window': must be a positive integer"),
+    ({"qk_norm": "shared", "qk_norm_eps": -1}, r"must be a number in \[0, 1\], got -1"),
+    ({"window": 0}, "field 'window': must be an integer from 1 to 2,147,483,647, got 0"),
     ({"window": 4, "causal": False}, "needs causal: true"),
     ({"window_layers": 1}, "needs a window"),
     ({"window": 4, "window_layers": 3}, "must be an integer from 1 to layers"),

@@ -205,7 +205,7 @@ def test_gemma2_soft_capping_is_reported_not_counted() -> None:
     ("[1, 2]", "top level must be a JSON object"),
     (json.dumps({"model_type": "llama"}), "field 'hidden_size' is missing"),
     (json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": "32", "num_hidden_layers": 2}),
-     "field 'num_attention_heads' must be a positive integer"),
+     "field 'num_attention_heads' must be an integer from 1 to 1,000,000, got \"32\""),
     (json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 2,
                  "num_key_value_heads": 5}), "kv_heads 5 must divide heads 32"),
     (json.dumps({"hidden_size": 8}), "no model_type is not supported"),

@@ -147,7 +147,7 @@ def test_from_hf_config_v2_lite_and_kimi_text_config() -> None:
         ({"heads": 2.0}, TypeError, "heads must be an integer"),
         ({"qk_rope_head_dim": 3}, ValueError, "qk_rope_head_dim must be an even integer from 0 to 1,000,000, got 3"),
         ({"q_lora_rank": 0}, ValueError, "q_lora_rank must be an integer from 1 to 1,000,000, got 0"),
-        ({"norm_eps": -1e-6}, ValueError, r"norm_eps must lie in \[0, 1\], got -1e-06"),
+        ({"norm_eps": -1e-6}, ValueError, r"norm_eps must be a number in \[0, 1\], got -1e-06"),
         ({"norm_eps": float("nan")}, ValueError, "norm_eps"),
         ({"rope_base": 1.0}, ValueError, "rope_base"),
         ({"causal": 1}, TypeError, "causal"),

@@ -31,11 +31,13 @@ from typing import Any
 
 import yaml
 
+from . import families
 from .counts import Count, count
+from .fields import FIELDS, rope_columns
+from .layout import Layout
 from .mla import HF_LATENT_NORM_EPS, MLASpec
-from .mla import count as mla_count
 from .normalise import NORMS
-from .spec import DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias, rope_dims_from_fraction
+from .spec import DEFAULT_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
 # Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
@@ -65,8 +67,8 @@ CHECK_KEYS = ("config", "fields")  # a transformers_check: the config class, and
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One model's attention layer and how many layers it has."""
+class ModelEntry:
+    """One published model's attention layer (an entry of a layout file) and how many layers it has."""
 
     key: str
     name: str
@@ -79,6 +81,11 @@ class Layout:
     mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.mla, ``spec`` is the same-width MHA
     masked_layers: int = 0
     """How many of the layers use ``spec``'s window or chunks; the others attend to every earlier token."""
+
+    @property
+    def layout(self) -> Layout:
+        """The layout that is counted, of its own family: ``mla`` for latent attention, else ``spec``."""
+        return self.spec if self.mla is None else self.mla
 
     def layer_specs(self) -> list[tuple[int, AttentionSpec]]:
         """(layers, layout) per layer type: the masked layers and, if any, the rest without the window or chunks."""
@@ -194,8 +201,12 @@ def _entry_error(key: str, message: str, name: str | None = None, path: Path | N
     return ValueError(f"{_where(path, key, name)}: {message}")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _schema(name: str, value: Any, fail: Any) -> Any:
+    """``value`` checked by the field schema (attnid.fields), its message under the entry's location."""
+    try:
+        return FIELDS[name].check(value, _show)
+    except (TypeError, ValueError) as exc:
+        raise fail(name, str(exc)) from None
 
 
 def _check_fields(key: str, entry: dict, path: Path | None) -> None:
@@ -210,12 +221,11 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
     missing = [f for f in REQUIRED if f not in entry]
     if missing:
         raise fail(None, f"missing field(s) {', '.join(missing)}")
-    for name in (*REQUIRED, "v_head_dim"):
-        value = entry.get(name, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise fail(name, f"must be a positive integer, got {_show(value)}")
-        if value > MAX_INT:
-            raise fail(name, f"must be a positive integer at most {MAX_INT}, got {_show(value)}")
+    value = entry["layers"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise fail("layers", f"must be an integer from 1 to {MAX_INT:,}, got {_show(value)}")
+    for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim"):
+        _schema(name, entry.get(name, 1), fail)
     if entry["heads"] % entry["kv_heads"]:
         raise fail("kv_heads", f"must divide heads {entry['heads']}, got {entry['kv_heads']}")
     for name in ("name", "notes", "source"):
@@ -228,20 +238,12 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         parse_bias(bias)
     except ValueError as exc:
         raise fail("bias", str(exc).removeprefix("bias: ")) from None
-    fraction = entry.get("rope_fraction", 0.0)
-    if not _is_number(fraction) or not 0 <= fraction <= 1:
-        raise fail("rope_fraction", f"must be a number in [0, 1], got {_show(fraction)}")
+    fraction = _schema("rope_fraction", entry.get("rope_fraction", 0.0), fail)
     try:
-        rope_dims_from_fraction(float(fraction), entry["head_dim"])
+        rope_columns(fraction, entry["head_dim"])
     except ValueError as exc:
         raise fail("rope_fraction", str(exc)) from None
-    base = entry.get("rope_base", 10000.0)
-    try:
-        finite = _is_number(base) and math.isfinite(float(base))
-    except OverflowError:
-        finite = False
-    if not finite or not base > 1:
-        raise fail("rope_base", f"must be a finite number > 1, got {_show(base)}")
+    _schema("rope_base", entry.get("rope_base", 10000.0), fail)
     if not isinstance(entry.get("causal", DEFAULT_CAUSAL), bool):
         raise fail("causal", f"must be true or false (a YAML bool), got {_show(entry['causal'])}")
     norm = entry.get("norm", "softmax")
@@ -274,16 +276,12 @@ def _check_modern_fields(entry: dict, fail: Any) -> None:
     if not isinstance(qk_norm, str) or qk_norm not in QK_NORMS:
         raise fail("qk_norm", f"must be one of {', '.join(QK_NORMS)}, got {_show(qk_norm)}")
     if "qk_norm_eps" in entry:
-        eps = entry["qk_norm_eps"]
-        if not _is_number(eps) or not 0 <= eps <= MAX_QK_NORM_EPS:
-            raise fail("qk_norm_eps", f"must be a number in [0, {MAX_QK_NORM_EPS:g}], got {_show(eps)}")
+        _schema("qk_norm_eps", entry["qk_norm_eps"], fail)
         if qk_norm == "none":
             raise fail("qk_norm_eps", "needs a qk_norm other than none")
     for mask in ("window", "chunk"):
         if mask in entry:
-            width = entry[mask]
-            if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_INT:
-                raise fail(mask, f"must be a positive integer at most {MAX_INT}, got {_show(width)}")
+            _schema(mask, entry[mask], fail)
             if not entry.get("causal", DEFAULT_CAUSAL):
                 raise fail(mask, "needs causal: true")
         if f"{mask}_layers" in entry:
@@ -320,7 +318,7 @@ def _check_transformers_check(check: Any, fail: Any) -> None:
             raise fail(f"fields: {_quoted(attr)} must map to a string, number, bool or null, got {_show(expected)}")
 
 
-def parse_layout(key: str, entry: Any, path: Path | None = None) -> Layout:
+def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
     """Validate one entry of a layout file (``path``, when given, is named in any error)."""
     if not isinstance(entry, dict):
         raise _entry_error(key, f"must be a mapping of fields, got {_show(entry)}", path=path)
@@ -341,7 +339,7 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> Layout:
     masked = entry.get("window_layers", entry.get("chunk_layers"))
     if masked is None and (spec.window is not None or spec.chunk is not None):
         masked = entry["layers"]
-    return Layout(key, str(entry.get("name", key)), spec, entry["layers"], tuple(entry.get("uncovered", [])),
+    return ModelEntry(key, str(entry.get("name", key)), spec, entry["layers"], tuple(entry.get("uncovered", [])),
                   str(entry.get("notes", "")), str(entry.get("source", "")),
                   dict(entry.get("transformers_check", {}) or {}),
                   _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None,
@@ -389,7 +387,7 @@ def _read_yaml(path: Path) -> Any:
             loader.dispose()
 
 
-def load_layouts(path: Path | str = SHIPPED) -> list[Layout]:
+def load_layouts(path: Path | str = SHIPPED) -> list[ModelEntry]:
     """All layouts of a YAML file with a top-level ``models`` mapping.
 
     The file is read with a safe loader that also refuses anchors, aliases, merge keys and duplicate keys, and
@@ -460,7 +458,7 @@ def plain_mha(spec: AttentionSpec) -> AttentionSpec:
 
 @dataclass(frozen=True)
 class CensusRow:
-    layout: Layout
+    layout: ModelEntry
     count: Count
     mha: Count
 
@@ -474,7 +472,7 @@ class CensusRow:
             if spec.window is not None or spec.chunk is not None else {}
         return {
             "model": self.layout.key, "name": self.layout.name, "layers": layers,
-            "layout": (self.layout.spec if self.layout.mla is None else self.layout.mla).describe(),
+            "layout": self.layout.layout.describe(),
             "parameters_per_layer": c.total,
             "parameters_all_layers": c.total * layers,
             "unidentified_per_layer": c.unidentified if covered else None,
@@ -488,9 +486,9 @@ class CensusRow:
         }
 
 
-def census(layouts: list[Layout]) -> list[CensusRow]:
+def census(layouts: list[ModelEntry]) -> list[CensusRow]:
     """One row per layout (multi-head latent attention counted by ``attnid.mla``, next to MHA of the same widths)."""
-    return [CensusRow(lay, count(lay.spec) if lay.mla is None else mla_count(lay.mla), count(plain_mha(lay.spec)))
+    return [CensusRow(lay, families.count(lay.layout), count(plain_mha(lay.spec)))
             for lay in layouts]
 
 

@@ -33,22 +33,16 @@ from typing import Any, NoReturn
 import torch
 
 from .counts import Count, count
+from .fields import FIELDS, MAX_WIDTH
 from .runtime import MAX_SEED
-from .spec import (DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, MAX_ROPE_BASE, MIN_ROPE_BASE, NORMS, QK_NORMS, AttentionSpec,
-                   format_base)
+from .spec import DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
 from .verify import METHODS, MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
-# Widths and head counts: at most a million each, which keeps every count below 2**63 (P is at most
-# d_model (H d_k + G d_k + G d_v + H d_v) plus the biases, about 4e18 at the cap), so JSON readers with
-# 64-bit integers read them exactly; published layouts stay below 20,000.
-MAX_WIDTH = 1_000_000
 # Tokens per input: the rank needs P rows in all, and more inputs deliver them more cheaply than
 # longer ones (an input of n tokens costs H n^2 scores per batched tangent); 4096 is far above the
 # default rule's 32 and already costs a one-head layout gigabytes (d_model 4: 8 GiB in forward mode).
 MAX_SEQ_LEN = 4096
-# Sliding windows: any positive width a 32-bit config field can hold (published: 128 to 131072).
-MAX_WINDOW = 2**31 - 1
 # --max-memory's default: this share of the machine's memory (physical RAM or the cgroup limit).
 MEMORY_SHARE = 0.5
 _SIZE_UNITS = {"": 2**30, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
@@ -62,7 +56,7 @@ EPILOG = f"""exit codes:
   {EXIT_OUT_OF_MEMORY}  verify ran out of memory all the same
 bounds: --d-model, --heads, --kv-heads, --head-dim, --v-head-dim 1 to {MAX_WIDTH:,};
   --seq-len {MIN_SEQ_LEN} to {MAX_SEQ_LEN}; --seed 0 to 2**63 - 1; --rope-fraction 0 to 1;
-  --rope-base {format_base(MIN_ROPE_BASE)} to {MAX_ROPE_BASE:g}; --qk-norm-eps 0 to {MAX_QK_NORM_EPS:g};
+  --rope-base {FIELDS["rope_base"].rule.removeprefix("a number ")}; --qk-norm-eps 0 to {MAX_QK_NORM_EPS:g};
   --window and --chunk 1 to 2**31 - 1; --max-memory above 0"""
 
 
@@ -91,9 +85,21 @@ def bounded_int(low: int, high: int, high_text: str | None = None) -> Callable[[
     return _bounded(int, "int value", low, high, f"give a whole number from {low:,} to {high_text or f'{high:,}'}")
 
 
-def bounded_float(low: float, high: float, low_text: str, high_text: str) -> Callable[[str], float]:
-    """argparse type: a finite number in [low, high]."""
-    return _bounded(float, "number", low, high, f"give a number from {low_text} to {high_text}")
+def schema_type(name: str) -> Callable[[str], Any]:
+    """argparse type for a layout field: the text read as a number, then checked by the field schema (attnid.fields)."""
+    field = FIELDS[name]
+
+    def parse(text: str) -> Any:
+        try:
+            value: Any = int(text) if field.kind == "int" else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(field.message(text, _shown)) from None
+        try:
+            return field.check(value)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(field.message(text, _shown)) from exc
+
+    return parse
 
 
 def parse_size(text: str) -> int:
@@ -146,8 +152,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-WIDTH = bounded_int(1, MAX_WIDTH)
-_ROPE_BASE_TEXT = (format_base(MIN_ROPE_BASE), f"{MAX_ROPE_BASE:g}")
 
 
 def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
@@ -156,16 +160,16 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
         p.add_argument("--config", default=None, metavar="PATH",
                        help="count a whole model from its Hugging Face config.json (a file, or a folder holding one; "
                             "read offline) instead of the layout flags")
-    p.add_argument("--d-model", type=WIDTH, required=not config, help=f"model width d (1 to {MAX_WIDTH:,})")
-    p.add_argument("--heads", type=WIDTH, required=not config, help=f"query heads H (1 to {MAX_WIDTH:,})")
-    p.add_argument("--kv-heads", type=WIDTH, default=None, help="key/value heads G (divides H; default H)")
-    p.add_argument("--head-dim", type=WIDTH, default=None, help="query/key width d_k per head (default d/H)")
-    p.add_argument("--v-head-dim", type=WIDTH, default=None, help="value width d_v per head (default d/H)")
+    p.add_argument("--d-model", type=schema_type("d_model"), required=not config, help=f"model width d (1 to {MAX_WIDTH:,})")
+    p.add_argument("--heads", type=schema_type("heads"), required=not config, help=f"query heads H (1 to {MAX_WIDTH:,})")
+    p.add_argument("--kv-heads", type=schema_type("kv_heads"), default=None, help="key/value heads G (divides H; default H)")
+    p.add_argument("--head-dim", type=schema_type("head_dim"), default=None, help="query/key width d_k per head (default d/H)")
+    p.add_argument("--v-head-dim", type=schema_type("v_head_dim"), default=None, help="value width d_v per head (default d/H)")
     p.add_argument("--bias", default="none", help="'none' or letters from qkvo, e.g. qkvo, qkv, k (default none)")
-    p.add_argument("--rope-fraction", type=bounded_float(0.0, 1.0, "0", "1"), default=0.0,
+    p.add_argument("--rope-fraction", type=schema_type("rope_fraction"), default=0.0,
                    help="share of d_k rotated by RoPE, 0 to 1 (default 0)")
-    p.add_argument("--rope-base", type=bounded_float(MIN_ROPE_BASE, MAX_ROPE_BASE, *_ROPE_BASE_TEXT), default=10000.0,
-                   help=f"RoPE base, {_ROPE_BASE_TEXT[0]} to {_ROPE_BASE_TEXT[1]} (default 10000)")
+    p.add_argument("--rope-base", type=schema_type("rope_base"), default=10000.0,
+                   help=f"RoPE base, {FIELDS['rope_base'].rule.removeprefix('a number ')} (default 10000)")
     p.add_argument("--causal", action="store_true", help="apply a causal mask")
     p.add_argument("--norm", choices=NORMS, default="softmax", help="score normalisation (default softmax)")
     p.add_argument("--sink", choices=("fixed", "learned"), default="fixed",
@@ -175,13 +179,13 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
                         "with one weight for all heads (shared: Qwen3, Gemma 3) or one per head (per-head), or over the "
                         "whole projection width (full: OLMo-2), or per head without a weight (unweighted: Llama 4); "
                         "default none")
-    p.add_argument("--qk-norm-eps", type=bounded_float(0.0, MAX_QK_NORM_EPS, "0", f"{MAX_QK_NORM_EPS:g}"),
+    p.add_argument("--qk-norm-eps", type=schema_type("qk_norm_eps"),
                    default=DEFAULT_QK_NORM_EPS,
                    help=f"the QK-norm's epsilon, 0 to {MAX_QK_NORM_EPS:g} (default {DEFAULT_QK_NORM_EPS:g}, Qwen3's "
                         "rms_norm_eps; with 0 each head's query and key scale is unidentified)")
-    p.add_argument("--window", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
+    p.add_argument("--window", type=schema_type("window"), default=None,
                    help="causal sliding window of W keys: query i sees keys i - W < j <= i (needs --causal)")
-    p.add_argument("--chunk", type=bounded_int(1, MAX_WINDOW, "2**31 - 1"), default=None,
+    p.add_argument("--chunk", type=schema_type("chunk"), default=None,
                    help="chunked causal attention, chunks of C tokens: query i sees keys j <= i of its own chunk "
                         "(needs --causal; Llama 4)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

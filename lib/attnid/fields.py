@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ from typing import Any
 MAX_WIDTH = 1_000_000
 # Sliding windows and chunks: any positive width a 32-bit config field can hold (published: 128 to 131072).
 MAX_WINDOW = 2**31 - 1
+# Layers of a model: published models have at most a few hundred; the cap keeps a per-layer list (layer_types,
+# one entry per layer) small whatever a file claims.
+MAX_LAYERS = 100_000
 # The RoPE bases a layout accepts. Position p turns the pair (i, i + r/2) by p * base^(-2i/r): the
 # slowest pair turns by more than base^-1 per position, and adjacent pairs turn at speeds that
 # differ by the factor base^(2/r), about 1 + (2/r) ln(base) near 1. Above 1e12 the slowest pair turns
@@ -81,19 +85,23 @@ class Field:
             return f"{parity} from {format_number(self.low)} to {format_number(self.high)}"
         return f"a number in [{format_number(self.low)}, {format_number(self.high)}]"
 
-    def message(self, value: Any) -> str:
-        """The error for a bad value, without the field's name: 'must be <rule>, got <value>'."""
-        if self.kind == "real" and isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return f"must lie in [{format_number(self.low)}, {format_number(self.high)}], got {show(value)}"
-        return f"must be {self.rule}, got {show(value)}"
+    def message(self, value: Any, shown: Callable[[Any], str] = show) -> str:
+        """The error for a bad value, without the field's name: 'must be <rule>, got <value>'.
 
-    def check(self, value: Any) -> Any:
+        ``shown`` writes the value as the door's reader would see it (YAML's ``true``, JSON's ``null``).
+        """
+        return f"must be {self.rule}, got {shown(value)}"
+
+    def check(self, value: Any, shown: Callable[[Any], str] = show) -> Any:
         """``value`` in its canonical type (int or float); TypeError or ValueError with ``message``."""
         if isinstance(value, bool) or not isinstance(value, numbers.Real if self.kind == "real" else numbers.Integral):
-            raise TypeError(f"must be {'a real number' if self.kind == 'real' else 'an integer'}, got {show(value)}")
-        canonical: Any = int(value) if self.kind == "int" else float(value)
+            raise TypeError(self.message(value, shown))
+        try:
+            canonical: Any = int(value) if self.kind == "int" else float(value)
+        except OverflowError:  # an integer too large for a float: out of every range
+            raise ValueError(self.message(value, shown)) from None
         if not self.low <= canonical <= self.high or (self.even and canonical % 2):  # NaN fails the comparison
-            raise ValueError(self.message(value))
+            raise ValueError(self.message(value, shown))
         return canonical
 
 
@@ -103,7 +111,8 @@ def _int(name: str, low: int = 1, high: int = MAX_WIDTH, even: bool = False) -> 
 
 FIELDS: dict[str, Field] = {f.name: f for f in (
     _int("d_model"), _int("heads"), _int("kv_heads"), _int("head_dim"), _int("v_head_dim"),
-    _int("window", high=MAX_WINDOW), _int("chunk", high=MAX_WINDOW),
+    _int("window", high=MAX_WINDOW), _int("chunk", high=MAX_WINDOW), _int("layers", high=MAX_LAYERS),
+    _int("positive_integer", high=MAX_WINDOW),  # any other whole-number setting of a config (a pattern, an interval)
     Field("rope_fraction", "real", 0.0, 1.0),
     Field("rope_base", "real", MIN_ROPE_BASE, MAX_ROPE_BASE),
     Field("qk_norm_eps", "real", 0.0, MAX_NORM_EPS),

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .counts import count
-from .spec import MAX_ROPE_BASE, MIN_ROPE_BASE, AttentionSpec, rope_dims_from_fraction
+from .fields import FIELDS
+from .spec import AttentionSpec, rope_dims_from_fraction
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB; larger files are refused unread
 # Unread fields whose names contain one of these are listed as ignored: they may describe the attention.
@@ -163,6 +164,18 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:56] + "..."
 
 
+# config.json keys that hold a layout field, and the field (attnid.fields) whose rule they follow.
+CONFIG_FIELDS = {
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), "d_model"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads"), "heads"),
+    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_head_kv"), "kv_heads"),
+    "head_dim": "head_dim",
+    **dict.fromkeys(("sliding_window", "sliding_window_size"), "window"),
+    "attention_chunk_size": "chunk",
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), "layers"),
+}
+
+
 class Config:
     """A configuration dict whose fields are read through checked accessors that record what was read."""
 
@@ -200,9 +213,10 @@ class Config:
             return default
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self._fail(name, f"must be a positive integer, got {_shown(value)}")
-        return value
+        try:
+            return FIELDS[CONFIG_FIELDS.get(name, "positive_integer")].check(value, _shown)
+        except (TypeError, ValueError) as exc:
+            raise self._fail(name, str(exc)) from None
 
     def number(self, name: str, default: float) -> float:
         value = self.value(name, default)
@@ -276,10 +290,12 @@ def rope_base(cfg: Config, default: float = 10000.0, kind: str | None = None, *n
                 break
             cfg.read.add(name)
     base = default if base is None else base
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not MIN_ROPE_BASE <= base <= MAX_ROPE_BASE:
-        raise cfg._fail("rope_theta", f"must be a number in [1 + 1e-6, 1e12], got {_shown(base)}")
+    try:
+        base = FIELDS["rope_base"].check(base, _shown)
+    except (TypeError, ValueError) as exc:
+        raise cfg._fail("rope_theta", str(exc)) from None
     _rope_scaling(cfg, params)
-    return float(base)
+    return base
 
 
 def _rope_scaling(cfg: Config, params: dict[str, Any]) -> None:
@@ -304,9 +320,10 @@ def rope_fraction(cfg: Config, default: float, *names: str) -> float:
                 break
             cfg.read.add(name)
     value = default if value is None else value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise cfg._fail("partial_rotary_factor", f"must be a number in [0, 1], got {_shown(value)}")
-    return float(value)
+    try:
+        return FIELDS["rope_fraction"].check(value, _shown)
+    except (TypeError, ValueError) as exc:
+        raise cfg._fail("partial_rotary_factor", str(exc)) from None
 
 
 def layer_kinds(cfg: Config, n_layers: int, default: Callable[[int], str]) -> list[str]:
@@ -501,7 +518,8 @@ def map_llama4(cfg: Config) -> list[LayerGroup]:
     uses_rope = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
     if not isinstance(uses_rope, list) or len(uses_rope) != n or any(v not in (0, 1) for v in uses_rope):
         raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
-    chunk = cfg.value("attention_chunk_size", None)
+    chunk = cfg.integer("attention_chunk_size") if cfg.has("attention_chunk_size") else None
+    cfg.mark_read("attention_chunk_size")
     kinds = layer_kinds(cfg, n, lambda i: "chunked_attention" if uses_rope[i] and chunk is not None else "full_attention")
     qk_norm = "unweighted" if cfg.flag("use_qk_norm", True) else "none"
     eps = cfg.number("rms_norm_eps", 1e-5)
@@ -520,7 +538,7 @@ def map_llama4(cfg: Config) -> list[LayerGroup]:
         return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias,
                      rope_fraction=1.0 if rope else 0.0, rope_base=base, causal=True,
                      qk_norm=qk_norm if rope else "none", qk_norm_eps=eps,
-                     chunk=int(chunk) if kind == "chunked_attention" else None, window=_window(cfg, kind))
+                     chunk=chunk if kind == "chunked_attention" else None, window=_window(cfg, kind))
 
     return group_layers(labels, make)
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..fields import check, rope_columns
 from .problem import Problem
 from .reference import reference_attention
 
@@ -54,13 +55,8 @@ def check_inputs(
         raise TypeError(f"q, k and v must be floating point, got {q.dtype}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
-    if not 0.0 <= rope_fraction <= 1.0:
-        raise ValueError(f"rope_fraction must lie in [0, 1], got {rope_fraction!r}")
-    rope_dims = round(rope_fraction * d)
-    if not math.isclose(rope_dims, rope_fraction * d, abs_tol=1e-9) or rope_dims % 2:
-        raise ValueError(f"rope_fraction * D = {rope_fraction} * {d} must be an even whole number of columns")
-    if not (math.isfinite(rope_base) and rope_base > 1.0):
-        raise ValueError(f"rope_base must be a finite number above 1, got {rope_base!r}")
+    rope_dims = rope_columns(check("rope_fraction", rope_fraction), d)  # the field schema, as for every layout
+    rope_base = check("rope_base", rope_base)
     if sink is not None:
         if not isinstance(sink, torch.Tensor) or tuple(sink.shape) != (h,):
             raise ValueError(f"sink must be a tensor of shape (H,) = ({h},), one logit per query head; got {sink!r}")
