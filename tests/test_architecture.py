@@ -118,8 +118,14 @@ def test_public_api_outside_a_checkout(tmp_path: Path) -> None:
 
 def test_docstring_maps_every_module() -> None:
     listed = set(re.findall(r"^``(\w+)``", attnid.__doc__ or "", re.M))
-    on_disk = {p.stem for p in (LIB / "attnid").glob("*.py") if not p.stem.startswith("_")} | {"kernels"}
+    modules = {p.stem for p in (LIB / "attnid").glob("*.py") if not p.stem.startswith("_")}
+    packages = {p.name for p in (LIB / "attnid").iterdir() if (p / "__init__.py").is_file()}
+    on_disk = modules | packages
     assert listed == on_disk
+    import attnbook
+
+    book_listed = set(re.findall(r"^``(\w+)``", attnbook.__doc__ or "", re.M))
+    assert book_listed == {p.stem for p in (LIB / "attnbook").glob("*.py") if not p.stem.startswith("_")}
     for name in attnid.__all__:
         assert getattr(attnid, name) is not None
 

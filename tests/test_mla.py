@@ -275,10 +275,10 @@ def test_from_hf_config_reads_v2_and_kimi_k25_config_classes() -> None:
     cfg = DeepseekV2Config().to_dict()
     spec, ignored = mla.MLASpec.from_hf_config(cfg)
     assert (spec.d_model, spec.heads, spec.q_lora_rank, spec.kv_lora_rank) == (4096, 32, 1536, 512)
-    assert set(cfg) - set(mla._MAPPED) - {"rope_parameters", "rope_theta"} <= set(ignored)
+    assert set(cfg) - set(mla.spec.CONFIG_KEYS_READ) - {"rope_parameters", "rope_theta"} <= set(ignored)
     outer = Kimi_K25Config().to_dict()  # a text_config (DeepSeek-V3 defaults) inside a multimodal config
     spec, ignored = mla.MLASpec.from_hf_config(outer)
     assert spec.heads == outer["text_config"]["num_attention_heads"] and spec.kv_lora_rank == 512
     assert {k for k in outer if k != "text_config"} <= set(ignored)
     assert all(f"text_config.{k}" in ignored for k in outer["text_config"]
-               if k not in mla._MAPPED and k not in ("rope_parameters", "rope_theta"))
+               if k not in mla.spec.CONFIG_KEYS_READ and k not in ("rope_parameters", "rope_theta"))

@@ -2,10 +2,18 @@
 
 ``chapter``     ``setup``: one call per chapter (device, recorded parameters, bound data writer/reader)
 ``provenance``  atomic writes into data/, provenance sidecars, which data files are stale and why
+``snapshot``    all-or-nothing runs: a notebook that fails leaves data/ as it found it
 ``paths``       finds the book's root (never assumed from where the package is installed)
 ``devices``     the DEVICE parameter: cpu, cuda or auto
+``precision``   the precision rule for stored outputs, ``glue`` and the static scan of stored outputs
+``machine``     the numeric environment: per-machine fingerprints and the portable environment
+``grids``       the layouts each chapter verifies numerically, one definition per grid
 ``tables``      text and Markdown tables for the chapters
-``style``       the figures' matplotlib style
+``style``       the figures as SVG, sized for the text column, byte-identical across runs
+``celltags``    which code cells a reader sees, applied by tags
+``downloads``   each chapter's data files, zipped with their provenance, for the reader to download
+``sphinxext``   the book's Sphinx extension (the download links)
+``browser``     reads the built book in headless Chromium, as a person would, at two widths
 """
 
 from .chapter import Chapter, setup

@@ -31,7 +31,7 @@ Modules, one line each:
 ``textmodel``  a byte-level transformer on the pinned sympy source: the real-text experiment
 ``stats``      paired comparisons over seeds (median difference, bootstrap interval) and chance shares
 ``curvature``  Hessian of a training loss w.r.t. the attention layer, and its sharpness
-``mla``        multi-head latent attention (DeepSeek-V2/V3, Kimi K2): MLASpec, layer, symmetries, count, checks
+``mla``        multi-head latent attention (DeepSeek-V2/V3, Kimi K2), a package: spec, layer, count, symmetry, verify, hf
 ``census``     published layouts (architectures.yaml) and their counts
 ``hf``         cross-checks against ``transformers`` attention modules
 ``hfconfig``   whole-model counts from a Hugging Face config.json (a registry of model_type -> mapper)

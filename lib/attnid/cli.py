@@ -34,8 +34,9 @@ import torch
 
 from .counts import Count, count
 from .fields import FIELDS, MAX_WIDTH
+from .fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
 from .runtime import MAX_SEED
-from .spec import DEFAULT_QK_NORM_EPS, MAX_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
+from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
 from .verify import METHODS, MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3

@@ -122,6 +122,14 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
 )}
 
 
+def register(field: Field) -> Field:
+    """Add a family's own field to the schema (a new family's module calls this; a name is registered once)."""
+    if field.name in FIELDS and FIELDS[field.name] != field:
+        raise ValueError(f"field {field.name!r} is already in the schema with another rule")
+    FIELDS[field.name] = field
+    return field
+
+
 def check(name: str, value: Any) -> Any:
     """``FIELDS[name].check(value)``, with the field's name in front of the message (the Python API's form)."""
     try:

@@ -31,7 +31,7 @@ from typing import Any
 
 from .counts import count
 from .fields import FIELDS
-from .spec import AttentionSpec, rope_dims_from_fraction
+from .spec import AttentionSpec
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB; larger files are refused unread
 # Unread fields whose names contain one of these are listed as ignored: they may describe the attention.

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .fields import MAX_NORM_EPS, MAX_ROPE_BASE, MIN_ROPE_BASE, check, rope_columns  # noqa: F401 (re-exported)
+from .fields import MAX_NORM_EPS, check, rope_columns
 from .layout import Params  # noqa: F401 (a point in parameter space: named tensors; re-exported)
 from .normalise import NORMS
 
