@@ -7,6 +7,7 @@ import pytest
 
 from attnid.cli import main
 from attnid.hfconfig import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
+from attnid.layout import Count
 from attnid.spec import AttentionSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -83,11 +84,10 @@ def test_unknown_model_type_is_exit_2_naming_the_supported_ones(capsys: pytest.C
 
 
 def test_a_plugged_in_mapper_is_used(tmp_path: Path) -> None:
-    class FakeCount:  # another family's count: anything with total, unidentified and breakdown
-        total, unidentified, breakdown = 100, 7, {"latent": 7}
+    counted = Count(AttentionSpec.create(8, 2), 100, 7, {"latent": 7})  # a family that counts itself
 
     def fake(cfg: Config) -> list[LayerGroup]:
-        return [LayerGroup.from_count("full_attention", cfg.layers(), None, FakeCount(), "a fake layout")]
+        return [LayerGroup.from_count("full_attention", cfg.layers(), counted)]
 
     register("fake_mla", fake)
     try:

@@ -14,10 +14,10 @@ supported types (``attnid count`` exits with 2).
 
 The registry. ``MAPPERS`` maps a ``model_type`` to a function ``mapper(cfg: Config) ->
 list[LayerGroup]``; ``register(model_type, mapper)`` adds one. ``Config`` hands out fields and
-records which were read; ``LayerGroup.from_spec`` makes a group from an ``AttentionSpec``, and
-``LayerGroup.from_count`` from any other family's layout and count (anything with ``total``,
-``unidentified`` and ``breakdown``): that is how multi-head latent attention (DeepSeek-V2/V3,
-Kimi K2) plugs in, through ``attnid.mla``'s own config reader (``map_mla``).
+records which were read; ``LayerGroup.from_layout`` makes a group from a layout of any family
+(``attnid.families`` counts it), and ``LayerGroup.from_count`` from a ``Count`` a plugged-in
+family made itself. Multi-head latent attention (DeepSeek-V2/V3, Kimi K2) plugs in through its
+family's own config reader (``map_mla``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .counts import count
+from . import families
+from .layout import Count, Layout
 from .fields import FIELDS
 from .spec import AttentionSpec
 
@@ -52,8 +53,7 @@ class LayerGroup:
     """Layers of one type with the same layout: ``layers`` of them, each with these counts.
 
     ``attention`` is False for a layer type this tool does not count (its parameters are then
-    unknown, ``total`` 0 and ``unidentified`` None). ``spec`` is the ``AttentionSpec``, or another
-    family's layout object.
+    unknown, ``total`` 0 and ``unidentified`` None). ``spec`` is the layout, of any family.
     """
 
     kind: str
@@ -68,19 +68,19 @@ class LayerGroup:
     attention: bool = True
 
     @classmethod
-    def from_spec(cls, kind: str, layers: int, spec: AttentionSpec, note: str = "") -> "LayerGroup":
-        """A group of attention layers of this layout, counted by ``attnid.counts.count``."""
-        c = count(spec)
-        notes = "; ".join(n for n in (note, c.note) if n)
-        return cls(kind, layers, spec.describe(), c.total, c.unidentified if not note else None,
-                   dict(c.breakdown) if not note else {}, notes, c.weakly_identified, spec)
+    def from_layout(cls, kind: str, layers: int, layout: Layout, note: str = "") -> "LayerGroup":
+        """A group of attention layers of a layout of any family, counted by its family (``attnid.families``).
+
+        A ``note`` says why the count does not apply to these layers (the group is then not covered).
+        """
+        return cls.from_count(kind, layers, families.count(layout), note)
 
     @classmethod
-    def from_count(cls, kind: str, layers: int, spec: Any, counted: Any, description: str, note: str = "") -> "LayerGroup":
-        """A group from another family's layout: ``counted`` has ``total``, ``unidentified`` and ``breakdown``."""
-        return cls(kind, layers, description, int(counted.total), counted.unidentified,
-                   dict(getattr(counted, "breakdown", {}) or {}), note or getattr(counted, "note", ""),
-                   int(getattr(counted, "weakly_identified", 0)), spec)
+    def from_count(cls, kind: str, layers: int, counted: Count, note: str = "") -> "LayerGroup":
+        """A group from a ``Count`` already made (a plugged-in family that counts itself)."""
+        notes = "; ".join(n for n in (note, counted.note) if n)
+        return cls(kind, layers, counted.spec.describe(), counted.total, counted.unidentified if not note else None,
+                   dict(counted.breakdown) if not note else {}, notes, counted.weakly_identified, counted.spec)
 
     @classmethod
     def not_counted(cls, kind: str, layers: int, why: str) -> "LayerGroup":
@@ -92,7 +92,7 @@ class LayerGroup:
         return None if self.unidentified is None or not self.total else self.unidentified / self.total
 
     def record(self) -> dict[str, Any]:
-        layout = self.spec.to_dict() if isinstance(self.spec, AttentionSpec) else None
+        layout = self.spec.to_dict() if isinstance(self.spec, Layout) else None
         return {"layer_type": self.kind, "layers": self.layers, "attention": self.attention,
                 "layout": self.description, "layout_fields": layout, "parameters_per_layer": self.total,
                 "unidentified_per_layer": self.unidentified, "ratio": self.ratio, "breakdown": self.breakdown,
@@ -345,7 +345,7 @@ def group_layers(kinds: list[str], make: Callable[[str], LayerGroup | AttentionS
         made = make(kind)
         n = kinds.count(kind)
         if isinstance(made, AttentionSpec):
-            groups.append(LayerGroup.from_spec(kind, n, made))
+            groups.append(LayerGroup.from_layout(kind, n, made))
         else:
             groups.append(LayerGroup(made.kind, n, made.description, made.total, made.unidentified, made.breakdown,
                                      made.note, made.weakly_identified, made.spec, made.attention))
@@ -568,7 +568,7 @@ def map_gpt_neox(cfg: Config) -> list[LayerGroup]:
     base = rope_base(cfg, 10000.0, None, "rotary_emb_base")
     spec = _spec(cfg, d_model=d, heads=h, bias=_bias_all(cfg, default=True), rope_fraction=fraction, rope_base=base,
                  causal=True)
-    return [LayerGroup.from_spec("full_attention", n, spec)]
+    return [LayerGroup.from_layout("full_attention", n, spec)]
 
 
 def map_falcon(cfg: Config) -> list[LayerGroup]:
@@ -583,12 +583,12 @@ def map_falcon(cfg: Config) -> list[LayerGroup]:
     bias = _bias_all(cfg, "bias", False)
     if cfg.flag("alibi", False):
         spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias=bias, causal=True)
-        group = LayerGroup.from_spec("full_attention", n, spec, note="not covered: ALiBi adds a per-head linear "
+        group = LayerGroup.from_layout("full_attention", n, spec, note="not covered: ALiBi adds a per-head linear "
                                                                       "position bias to the scores")
         return [group]
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias=bias, rope_fraction=1.0, rope_base=rope_base(cfg),
                  causal=True)
-    return [LayerGroup.from_spec("full_attention", n, spec)]
+    return [LayerGroup.from_layout("full_attention", n, spec)]
 
 
 def map_gpt2(cfg: Config) -> list[LayerGroup]:
@@ -601,7 +601,7 @@ def map_gpt2(cfg: Config) -> list[LayerGroup]:
             cfg.ignore(name, why)
     cfg.value("reorder_and_upcast_attn", None)
     spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
-    return [LayerGroup.from_spec("full_attention", n, spec), *_cross_attention(cfg, n)]
+    return [LayerGroup.from_layout("full_attention", n, spec), *_cross_attention(cfg, n)]
 
 
 def _cross_attention(cfg: Config, n: int) -> list[LayerGroup]:
@@ -620,7 +620,7 @@ def map_bert(cfg: Config) -> list[LayerGroup]:
     spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=causal)
     note = "" if positions == "absolute" else (f"not covered: position_embedding_type {_shown(positions)} adds "
                                                "relative-position terms to the scores")
-    return [LayerGroup.from_spec("full_attention", n, spec, note=note), *_cross_attention(cfg, n)]
+    return [LayerGroup.from_layout("full_attention", n, spec, note=note), *_cross_attention(cfg, n)]
 
 
 for _type, _mapper in {
@@ -646,18 +646,13 @@ def map_mla(cfg: Config) -> list[LayerGroup]:
     ``MLASpec.from_hf_config`` reads the fields it needs and names every other one with a reason;
     of those, the fields that look like attention settings are listed as ignored here.
     """
-    from .mla import MLASpec  # noqa: PLC0415 (attnid.mla imports torch-heavy helpers; only this mapper needs it)
-    from .mla import count as mla_count  # noqa: PLC0415
-
     layers = cfg.layers()
-    spec, unread = MLASpec.from_hf_config(cfg.raw)
+    spec, unread = families.family_named("latent").from_hf_config(cfg.raw)  # type: ignore[misc]
     cfg.mark_read(*cfg.raw)
     for name, why in unread.items():
         if any(word in name.lower() for word in ATTENTION_WORDS) and name not in SILENT and name != "num_hidden_layers":
             cfg.ignore(name, why)
-    c = mla_count(spec)
-    return [LayerGroup("full_attention", layers, spec.describe(), c.total, c.unidentified, dict(c.breakdown),
-                       c.note, c.weakly_identified, spec)]
+    return [LayerGroup.from_layout("full_attention", layers, spec)]
 
 
 for _type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):

@@ -3,12 +3,12 @@
 ``variant_shares(d_model, heads, kv_heads)`` counts one layer of every registered variant
 with the same width d, H query heads of width d / H and, where the variant groups keys and
 values, G key/value heads. The registry ``VARIANTS`` maps a name to a builder
-``builder(d_model, heads, kv_heads)`` that returns an ``AttentionSpec`` (counted with
-``attnid.counts.count``) or a pair ``(description, counted)`` where ``counted`` has ``total``
-and ``unidentified`` (and optionally ``weakly_identified``): that is how a family with its own
-layout and count, such as multi-head latent attention, joins the comparison::
+``builder(d_model, heads, kv_heads)`` that returns a layout of any family (counted by its family
+through ``attnid.families``) or a pair ``(description, counted)`` where ``counted`` has ``total``
+and ``unidentified`` (and optionally ``weakly_identified``). Multi-head latent attention joins
+the comparison with a builder that returns an ``MLASpec``::
 
-    register_variant("MLA", lambda d, h, g: (spec.describe(), spec.count()))
+    register_variant("MLA", lambda d, h, g: MLASpec(d_model=d, heads=h, kv_lora_rank=d // 2, ...))
 
 The order of registration is the order of the figure.
 """
@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .counts import count
+from . import families
+from .layout import Layout
 from .spec import AttentionSpec
 
 Builder = Callable[[int, int, int], Any]
@@ -91,8 +92,8 @@ def variant_shares(d_model: int, heads: int, kv_heads: int, names: list[str] | N
     out = []
     for name in chosen:
         built = VARIANTS[name](d_model, heads, kv_heads)
-        if isinstance(built, AttentionSpec):
-            description, counted = built.describe(), count(built)
+        if isinstance(built, Layout):  # a layout of any family, counted by its family
+            description, counted = built.describe(), families.count(built)
         else:
             description, counted = built
         if counted.unidentified is None:
