@@ -26,7 +26,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce compare experiments test test-lib test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
+.PHONY: help install reproduce compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -54,6 +54,9 @@ test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook
 
 test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need the built book)
 	$(PY) -m pytest tests --ignore=tests/browser
+
+test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
+	$(PY) -m pytest tests --ignore=tests/browser -m "not slow"
 
 test-browser: book browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots)
 	$(PY) -m pytest -p no:cacheprovider tests/browser

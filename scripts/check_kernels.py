@@ -2,7 +2,7 @@
 """Compile the Triton kernels for a Hopper GPU (sm_90) without one, and check they fit its shared memory.
 
 For each kernel (forward, forward with tangent, the two backward kernels), head width and
-dtype, this compiles the kernel with the tile configuration `attnid.kernels.flash.config`
+dtype, this compiles the kernel with the tile configuration `attnid.kernels.flash.tiles`
 picks, through Triton's own compiler and the ptxas it ships, and reads the shared memory the
 compiled kernel needs. An H100 or H200 block may use at most 227 KiB. A kernel over that
 limit would fail to launch on the GPU. This check catches that here, on a machine without a GPU.
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel, flags = kernels[kind]
         for dtype in args.dtypes:
             for width in args.widths:
-                block_m, block_n, warps, stages = flash.config(kind, width, dtype_bytes=4 if dtype == "fp32" else 2)
+                block_m, block_n, warps, stages = flash.tiles(kind, width, dtype_bytes=4 if dtype == "fp32" else 2)
                 consts = {"D": width, "DV": width, "D_PAD": width, "DV_PAD": width, "R": width, "CAUSAL": True,
                           "PRECISION": "ieee" if dtype == "fp32" else None, "BLOCK_M": block_m, "BLOCK_N": block_n, **flags}
                 consts = {k: v for k, v in consts.items() if k in kernel.arg_names}

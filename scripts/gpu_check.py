@@ -64,7 +64,6 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import astuple, dataclass, fields
 from multiprocessing import get_context
@@ -162,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_cases(cases, workers, args.smoke)
     failures = [r for r in rows if not r[-1]]
     from attnbook.provenance import write_csv
-    from attnid.kernels import api, flash, reference  # noqa: F401 - loaded here so that the sidecar records their hashes
+    from attnid.kernels import api, check, flash, reference  # noqa: F401 - loaded here so that the sidecar records their hashes
 
     name = bench.device_slug(device)
     path = write_csv(f"bench/correctness_{name}.csv", HEADER, rows, notebook=SCRIPT,
@@ -220,6 +219,7 @@ def check_case(case: Case, smoke: bool) -> list[list]:
     import torch
 
     from attnid.kernels import attention
+    from attnid.kernels.check import evaluate
 
     device = torch.device("cpu" if smoke else "cuda")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[case.dtype]
@@ -260,19 +260,11 @@ def check_case(case: Case, smoke: bool) -> list[list]:
         with sdpa_kernel([SDPBackend.MATH]):
             return pytorch(*xs)
 
-    results = {impl: value_and_grads(fn, [x[k] for k in names], cot)
-               for impl, fn, x, cot in (("attnid", ours, low, cotangent.to(dtype)),
-                                        ("pytorch", pytorch, low, cotangent.to(dtype)),
-                                        ("reference", reference, exact, cotangent.to(dtype).double()))}
-    jvps = {impl: torch.func.jvp(fn, tuple(x[k] for k in names), tuple(t[k] for k in names))[1]
-            for impl, fn, x, t in (("attnid", ours, low, low_t), ("pytorch", pytorch_math, low, low_t),
-                                   ("reference", reference, exact, tangent))}
-    quantities = ["out", *(f"d{k}" for k in names)]
-    rows = []
-    for i, quantity in enumerate([*quantities, "tangent"]):
-        got, base, ref = ((results[m][i] if quantity != "tangent" else jvps[m]) for m in ("attnid", "pytorch", "reference"))
-        rows.append(compare(case, quantity, got, base, ref))
-    return rows
+    results = {"attnid": evaluate(ours, low, low_t, cotangent.to(dtype)),
+               "pytorch": evaluate(pytorch, low, low_t, cotangent.to(dtype), tangent_fn=pytorch_math),
+               "reference": evaluate(reference, exact, tangent, cotangent.to(dtype).double())}
+    return [compare(case, quantity, *(results[m][quantity] for m in ("attnid", "pytorch", "reference")))
+            for quantity in results["reference"]]
 
 
 def compare(case: Case, quantity: str, got, base, ref) -> list:
@@ -285,16 +277,6 @@ def compare(case: Case, quantity: str, got, base, ref) -> list:
     ok = math.isfinite(err_ours) and err_ours <= bound
     return [case.dtype, case.head_dim, case.heads, case.kv_heads, case.tokens, case.causal, case.rope_fraction,
             case.sink, quantity, f"{err_ours:.3e}", f"{err_base:.3e}", f"{floor:.3e}", f"{bound:.3e}", ok]
-
-
-def value_and_grads(fn: Callable, inputs: list, cotangent) -> list:
-    """[fn(*inputs), then the gradient of <fn(*inputs), cotangent> for each input]."""
-    import torch
-
-    leaves = [x.detach().clone().requires_grad_() for x in inputs]
-    out = fn(*leaves)
-    grads = torch.autograd.grad(out, leaves, cotangent)
-    return [out.detach(), *grads]
 
 
 def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope_base: float = 10000.0):

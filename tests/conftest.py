@@ -1,9 +1,19 @@
-"""Shared fixtures: seeded generators, so every test draws fresh but reproducible randomness."""
+"""Shared fixtures: seeded generators, so every test draws fresh but reproducible randomness.
 
-import pytest
+Without CUDA the Triton kernels run in Triton's interpreter: TRITON_INTERPRET=1 is set here, once,
+before any test module can import the kernel module (Triton reads it at import).
+"""
+
+import os
+
 import torch
 
-import attnid
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+import attnid  # noqa: E402
 
 
 @pytest.fixture

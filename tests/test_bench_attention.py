@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytestmark = pytest.mark.slow  # `make test-fast` skips this file: subprocesses or Triton's interpreter
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_attention.py"
 

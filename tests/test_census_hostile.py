@@ -22,6 +22,8 @@ from attnid import census as census_module
 from attnid.census import load_layouts
 from attnid.cli import main
 
+pytestmark = pytest.mark.slow  # `make test-fast` skips this file: subprocesses or Triton's interpreter
+
 LIB = str(Path(attnid.__file__).resolve().parent.parent)
 BASE = {"d_model": "8", "heads": "2", "kv_heads": "2", "head_dim": "4", "layers": "1"}
 

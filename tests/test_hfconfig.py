@@ -244,3 +244,16 @@ def test_deepseek_v3_and_kimi_configs_are_counted_as_latent_attention() -> None:
     assert count_config(kimi).groups[0].unidentified == c * (c + 1) // 2 + cq * (cq + 1) // 2 + 64 * (dn**2 + dv**2) + dr
     wrapped = {"model_type": "kimi_k25", "text_config": kimi, "vision_config": {}}
     assert count_config(wrapped).groups[0].unidentified == count_config(kimi).groups[0].unidentified
+
+
+def test_falcon_40b_original_config_builds_n_head_kv_groups() -> None:
+    # model_type RefinedWeb (Falcon-40B's own code) always builds n_head_kv key/value groups, with no
+    # new_decoder_architecture flag; reading it as multi-query was a silent wrong count (issue 26).
+    raw = {"model_type": "RefinedWeb", "hidden_size": 8192, "n_head": 128, "n_head_kv": 8, "n_layer": 60,
+           "bias": False, "parallel_attn": True}
+    group = count_config(raw).groups[0]
+    d, h, g, dk = 8192, 128, 8, 64
+    assert group.spec.kv_heads == g
+    assert group.total == d * (h * dk + g * dk + g * dk + h * dk) == 142_606_336
+    # per group: the RoPE commutant, r + (d_k - r)^2 = d_k with r = d_k, and GL(d_v) shared by its heads, d_v^2
+    assert group.unidentified == g * (dk + dk * dk) == 33_280

@@ -120,6 +120,23 @@ def test_chapters_glue_through_the_precision_helper(notebook: Path) -> None:
     assert not any(re.search(r"from myst_nb import .*\bglue\b|myst_nb\.glue\(", s) for s in sources)
 
 
+@pytest.mark.parametrize("notebook", toc_notebooks(), ids=str)
+def test_figure_data_is_fingerprinted_by_the_one_helper(notebook: Path) -> None:
+    # one rule for a figure's data fingerprint (attnbook.precision.print_figure_data), not a hash per chapter
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    assert not any("figure data sha256" in s for s in sources)
+
+
+def test_the_figure_data_fingerprint_is_the_hash_of_the_repr(capsys: pytest.CaptureFixture) -> None:
+    import hashlib
+
+    table = [("a", 1, "0.5")]
+    precision.print_figure_data(table)
+    assert capsys.readouterr().out == f"figure data sha256[:16]: {hashlib.sha256(repr(table).encode()).hexdigest()[:16]}\n"
+    assert precision.figure_data_fingerprint([1]) != precision.figure_data_fingerprint([2])
+
+
 def test_the_portable_environment_changes_the_numerics_but_not_openblas_core_type() -> None:
     env = machine.portable_environment()
     assert {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_CBWR"} <= set(env)

@@ -25,6 +25,7 @@ over every stored output of the book.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
@@ -153,6 +154,29 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.notebook} cell {self.cell} ({self.mime}): {self.token!r}: {self.reason}"
+
+
+def glue_all(values: Mapping[str, Any], *, digits: int = SIGNIFICANT) -> None:
+    """``glue`` each name -> value of a dict (display off): a chapter's summary in one call."""
+    for name, value in values.items():
+        glue(name, value, display=False, digits=digits)
+
+
+FIGURE_DATA_PREFIX = "figure data sha256[:16]:"
+
+
+def figure_data_fingerprint(data: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of ``repr(data)``: a figure's data, compared by nbval.
+
+    The chapters round every float in ``data`` to the precision rule before they hash it, so the
+    fingerprint is the same on any machine.
+    """
+    return hashlib.sha256(repr(data).encode()).hexdigest()[:16]
+
+
+def print_figure_data(data: Any) -> None:
+    """Print the figure-data fingerprint line (a cell-tag rule removes it from the rendered page)."""
+    print(FIGURE_DATA_PREFIX, figure_data_fingerprint(data))
 
 
 def _text(value: Any) -> str:

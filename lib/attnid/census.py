@@ -294,16 +294,21 @@ def _check_modern_fields(entry: dict, fail: Any) -> None:
         raise fail("chunk", "give a window or chunks, not both")
 
 
-def _check_transformers_check(check: Any, fail: Any) -> None:
-    """{config: <transformers class>, fields: {attribute or attribute.key: scalar}}: what tests/test_census.py reads."""
-    if not isinstance(check, dict):
-        raise fail(f"must be a mapping with keys {' and '.join(CHECK_KEYS)}, got {_show(check)}")
-    unknown = [k for k in check if k not in CHECK_KEYS]
+def _check_block(block: Any, allowed: tuple[str, ...], required: tuple[str, ...], shape: str, fail: Any) -> None:
+    """A nested mapping of an entry: a dict, no key outside ``allowed``, every key of ``required``."""
+    if not isinstance(block, dict):
+        raise fail(f"must be a mapping {shape}, got {_show(block)}")
+    unknown = [k for k in block if k not in allowed]
     if unknown:
-        raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(CHECK_KEYS)}")
-    missing = [k for k in CHECK_KEYS if k not in check]
+        raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(allowed)}")
+    missing = [k for k in required if k not in block]
     if missing:
         raise fail(f"missing key(s) {', '.join(missing)}")
+
+
+def _check_transformers_check(check: Any, fail: Any) -> None:
+    """{config: <transformers class>, fields: {attribute or attribute.key: scalar}}: what tests/test_census.py reads."""
+    _check_block(check, CHECK_KEYS, CHECK_KEYS, f"with keys {' and '.join(CHECK_KEYS)}", fail)
     if not isinstance(check["config"], str) or not check["config"].isidentifier():
         raise fail(f"config must name a transformers configuration class, got {_show(check['config'])}")
     fields = check["fields"]
@@ -555,14 +560,7 @@ MLA_REQUIRED = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head
 def _mla_spec(entry: dict, fail: Any) -> MLASpec:
     """The MLASpec of an entry with an ``mla`` block (q_lora_rank: null for one full query projection)."""
     block = entry["mla"]
-    if not isinstance(block, dict):
-        raise fail(f"must be a mapping with keys {', '.join(MLA_REQUIRED)} (and optional norm_eps), got {_show(block)}")
-    unknown = [k for k in block if k not in MLA_KEYS]
-    if unknown:
-        raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(MLA_KEYS)}")
-    missing = [k for k in MLA_REQUIRED if k not in block]
-    if missing:
-        raise fail(f"missing key(s) {', '.join(missing)}")
+    _check_block(block, MLA_KEYS, MLA_REQUIRED, f"with keys {', '.join(MLA_REQUIRED)} (and optional norm_eps)", fail)
     for name in MLA_REQUIRED:
         value = block[name]
         if name == "q_lora_rank" and value is None:

@@ -112,12 +112,12 @@ def float64_kept() -> Iterator[None]:
         torch.Tensor.to, torch.Tensor.float = original_to, original_float
 
 
-def causal_mask(n: int, dtype: torch.dtype) -> torch.Tensor:
+def additive_causal_mask(n: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask (1, 1, n, n): 0 on and below the diagonal, -inf above (attnid.normalise's causal mask)."""
     return additive_mask(normalise.causal_mask(n, "cpu"), dtype)[None, None]
 
 
-def window_mask(n: int, window: int, dtype: torch.dtype) -> torch.Tensor:
+def additive_window_mask(n: int, window: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask (1, 1, n, n) of transformers' own sliding_window_causal_mask_function(window): 0 where allowed."""
     from transformers.masking_utils import sliding_window_causal_mask_function
 
@@ -197,7 +197,8 @@ def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator,
     def forward_kwargs(x: torch.Tensor) -> dict:
         positions = torch.arange(x.shape[-2])[None].expand(x.shape[0], -1)
         n = x.shape[-2]
-        mask = causal_mask(n, x.dtype) if spec.window is None else window_mask(n, spec.window, x.dtype)
+        mask = (additive_causal_mask(n, x.dtype) if spec.window is None
+                else additive_window_mask(n, spec.window, x.dtype))
         return {"position_embeddings": rotary(x, positions), "attention_mask": mask}
 
     return HFLayer(family, module, spec, to_attnid, from_attnid, forward_kwargs)
@@ -256,7 +257,8 @@ def _qk_norm_family(family: str, spec: AttentionSpec, generator: torch.Generator
 
     def forward_kwargs(x: torch.Tensor) -> dict:
         n = x.shape[-2]
-        mask = causal_mask(n, x.dtype) if spec.window is None else window_mask(n, spec.window, x.dtype)
+        mask = (additive_causal_mask(n, x.dtype) if spec.window is None
+                else additive_window_mask(n, spec.window, x.dtype))
         return {"position_embeddings": float64_rope(x, spec), "attention_mask": mask}
 
     return HFLayer(family, module, spec, to_attnid, from_attnid, forward_kwargs)
@@ -319,7 +321,7 @@ def _gpt2(spec: AttentionSpec, generator: torch.Generator) -> HFLayer:
                 "c_proj.weight": p["W_O"].reshape(-1, d), "c_proj.bias": p["b_O"]}
 
     def forward_kwargs(x: torch.Tensor) -> dict:
-        return {"attention_mask": causal_mask(x.shape[-2], x.dtype)}
+        return {"attention_mask": additive_causal_mask(x.shape[-2], x.dtype)}
 
     return HFLayer("gpt2", module, spec, to_attnid, from_attnid, forward_kwargs)
 
@@ -350,7 +352,7 @@ def _gpt_neox(spec: AttentionSpec, generator: torch.Generator, attention_path: s
 
     def forward_kwargs(x: torch.Tensor) -> dict:
         positions = torch.arange(x.shape[-2])[None].expand(x.shape[0], -1)
-        return {"attention_mask": causal_mask(x.shape[-2], x.dtype), "position_embeddings": rotary(x, positions)}
+        return {"attention_mask": additive_causal_mask(x.shape[-2], x.dtype), "position_embeddings": rotary(x, positions)}
 
     return HFLayer("gpt_neox", module, spec, to_attnid, from_attnid, forward_kwargs)
 

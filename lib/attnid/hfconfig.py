@@ -253,6 +253,7 @@ def register(model_type: str, mapper: Mapper) -> None:
 
 
 def supported_types() -> list[str]:
+    """The model types with a mapper, sorted."""
     return sorted(MAPPERS)
 
 
@@ -425,10 +426,12 @@ def _bias_all(cfg: Config, name: str = "attention_bias", default: bool = False) 
 
 
 def map_llama(cfg: Config) -> list[LayerGroup]:
+    """Llama 2/3: GQA with RoPE on every layer, biases from attention_bias."""
     return _decoder(cfg, bias=_bias_all(cfg))
 
 
 def map_mistral(cfg: Config) -> list[LayerGroup]:
+    """Mistral (and Mixtral's attention): GQA with RoPE, no biases, a sliding window on every layer when given."""
     n = cfg.layers()
     window = cfg.value("sliding_window", None)
     kinds = layer_kinds(cfg, n, lambda i: "full_attention" if window is None else "sliding_attention")
@@ -436,20 +439,24 @@ def map_mistral(cfg: Config) -> list[LayerGroup]:
 
 
 def map_qwen2(cfg: Config) -> list[LayerGroup]:
+    """Qwen2/2.5: GQA with RoPE, biases on q, k and v (not o), sliding windows per use_sliding_window."""
     return _decoder(cfg, bias="qkv", kinds=_qwen_kinds(cfg, cfg.layers()))
 
 
 def map_qwen3(cfg: Config) -> list[LayerGroup]:
+    """Qwen3: GQA with RoPE and a shared QK-norm (one weight vector over head_dim for all heads)."""
     # transformers' Qwen3Config: head_dim 128 unless given; q_norm and k_norm over head_dim, shared by the heads
     return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", head_dim_default=128, kinds=_qwen_kinds(cfg, cfg.layers()))
 
 
 def map_olmo2(cfg: Config) -> list[LayerGroup]:
+    """OLMo-2: a QK-norm over the whole projection width ('full'), eps 1e-5 unless given."""
     # q_norm over num_attention_heads * head_dim, k_norm over num_key_value_heads * head_dim (Olmo2Attention)
     return _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-5)
 
 
 def map_gemma(cfg: Config) -> list[LayerGroup]:
+    """Gemma 1: multi-head or multi-query attention with RoPE, head_dim 256 unless given."""
     return _decoder(cfg, bias=_bias_all(cfg), head_dim_default=256)
 
 
@@ -544,6 +551,7 @@ def map_llama4(cfg: Config) -> list[LayerGroup]:
 
 
 def map_gpt_oss(cfg: Config) -> list[LayerGroup]:
+    """gpt-oss: alternating sliding and full layers, biases on every projection, a learned sink logit per head."""
     n = cfg.layers()
     kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention")
     return _decoder(cfg, bias=_bias_all(cfg, default=True), head_dim_default=64, kinds=kinds, base_default=150000.0,
@@ -551,6 +559,7 @@ def map_gpt_oss(cfg: Config) -> list[LayerGroup]:
 
 
 def map_phi(cfg: Config) -> list[LayerGroup]:
+    """Phi-1/2: multi-head attention with partial RoPE and biases everywhere; qk_layernorm is not covered."""
     if cfg.flag("qk_layernorm", False):
         note = ("not covered: qk_layernorm applies a LayerNorm (centring, scale and bias) to the queries and keys, "
                 "not the RMSNorm of chapter 7b")
@@ -561,6 +570,7 @@ def map_phi(cfg: Config) -> list[LayerGroup]:
 
 
 def map_gpt_neox(cfg: Config) -> list[LayerGroup]:
+    """GPT-NeoX / Pythia: multi-head attention, rotary on rotary_pct of each head, biases everywhere."""
     d = cfg.integer("hidden_size")
     h = cfg.integer("num_attention_heads")
     n = cfg.layers()
@@ -572,10 +582,12 @@ def map_gpt_neox(cfg: Config) -> list[LayerGroup]:
 
 
 def map_falcon(cfg: Config) -> list[LayerGroup]:
+    """Falcon: multi-query (7B), grouped (new_decoder_architecture, and the original 40B code of model_type
+    RefinedWeb, which always builds n_head_kv groups), or ALiBi (not covered)."""
     d = cfg.integer("hidden_size", None, "n_embd")
     h = cfg.integer("num_attention_heads", None, "n_head")
     n = cfg.layers()
-    if cfg.flag("new_decoder_architecture", False):
+    if cfg.flag("new_decoder_architecture", False) or cfg.raw.get("model_type") == "RefinedWeb":
         kv = cfg.integer("num_kv_heads", h, "n_head_kv")
     else:
         cfg.read.update(("num_kv_heads", "n_head_kv"))
@@ -592,6 +604,7 @@ def map_falcon(cfg: Config) -> list[LayerGroup]:
 
 
 def map_gpt2(cfg: Config) -> list[LayerGroup]:
+    """GPT-2: causal multi-head attention with learned positions and biases on every projection."""
     d = cfg.integer("n_embd", None, "hidden_size")
     h = cfg.integer("n_head", None, "num_attention_heads")
     n = cfg.layers()
@@ -612,6 +625,7 @@ def _cross_attention(cfg: Config, n: int) -> list[LayerGroup]:
 
 
 def map_bert(cfg: Config) -> list[LayerGroup]:
+    """BERT: bidirectional (causal only as a decoder) multi-head attention with biases; relative positions not covered."""
     d = cfg.integer("hidden_size")
     h = cfg.integer("num_attention_heads")
     n = cfg.layers()

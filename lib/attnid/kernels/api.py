@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from ..fields import check, rope_columns
-from .problem import Problem
+from .settings import CallSettings
 from .reference import reference_attention
 
 BACKENDS = ("auto", "triton", "reference")
@@ -35,8 +35,8 @@ def _shape(name: str, x: Any) -> tuple[int, int, int, int]:
 def check_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, rope_fraction: float, rope_base: float,
     sink: torch.Tensor | None, scale: float | None,
-) -> Problem:
-    """Raise TypeError/ValueError naming the bad argument; return the checked problem."""
+) -> CallSettings:
+    """Raise TypeError/ValueError naming the bad argument; return the checked settings."""
     (b, h, n, d), (bk, g, nk, dk), (bv, gv, nv, _) = _shape("q", q), _shape("k", k), _shape("v", v)
     if (bk, nk, dk) != (b, n, d):
         raise ValueError(f"k must have shape (B, G, N, D) = ({b}, G, {n}, {d}) to match q {tuple(q.shape)}; got {tuple(k.shape)}")
@@ -68,7 +68,7 @@ def check_inputs(
         scale = 1.0 / math.sqrt(d)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    return Problem(causal, rope_dims, float(rope_base), float(scale))
+    return CallSettings(causal, rope_dims, float(rope_base), float(scale))
 
 
 def choose_backend(backend: str, q: torch.Tensor, v: torch.Tensor) -> str:
@@ -109,9 +109,9 @@ def _flash():
     return flash
 
 
-def _config(causal: bool, rope_dims: int, rope_base: float, scale: float) -> Problem:
+def _settings(causal: bool, rope_dims: int, rope_base: float, scale: float) -> CallSettings:
     """The record the kernels read, rebuilt from a custom operator's plain arguments."""
-    return Problem(causal, rope_dims, rope_base, scale)
+    return CallSettings(causal, rope_dims, rope_base, scale)
 
 
 @torch.library.custom_op("attnid::flash_forward", mutates_args=())
@@ -121,7 +121,7 @@ def flash_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) from the Triton forward kernel."""
     out, lse, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
-                                   _config(causal, rope_dims, rope_base, scale))
+                                   _settings(causal, rope_dims, rope_base, scale))
     return out, lse
 
 
@@ -134,7 +134,7 @@ def flash_tangent(
     """(out, tangent of out, lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
     tangents = (tq.contiguous(), tk.contiguous(), tv.contiguous())
     out, lse, t_out = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
-                                       _config(causal, rope_dims, rope_base, scale), tangents)
+                                       _settings(causal, rope_dims, rope_base, scale), tangents)
     return out, t_out, lse
 
 
@@ -145,7 +145,7 @@ def flash_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) from the Triton backward kernels; delta = rowsum(d_out * out)."""
     return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
-                             d_out, _config(causal, rope_dims, rope_base, scale))
+                             d_out, _settings(causal, rope_dims, rope_base, scale))
 
 
 @flash_forward.register_fake
@@ -202,14 +202,14 @@ class _FlashAttention(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(q, k, v, sink, problem: Problem):  # type: ignore[override]
-        return flash_forward(q, k, v, sink, problem.causal, problem.rope_dims, problem.rope_base, problem.scale)
+    def forward(q, k, v, sink, settings: CallSettings):  # type: ignore[override]
+        return flash_forward(q, k, v, sink, settings.causal, settings.rope_dims, settings.rope_base, settings.scale)
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # type: ignore[override]
-        q, k, v, sink, problem = inputs
+        q, k, v, sink, settings = inputs
         out, lse = output
-        ctx.problem = problem
+        ctx.settings = settings
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, sink, out, lse)
         ctx.save_for_forward(q, k, v, sink, out, lse)
@@ -217,7 +217,7 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, _d_lse):  # type: ignore[override]
         q, k, v, sink, out, lse = ctx.saved_tensors
-        p = ctx.problem
+        p = ctx.settings
         dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, p.causal, p.rope_dims, p.rope_base, p.scale)
         d_sink = None
         if sink is not None and ctx.needs_input_grad[3]:
@@ -226,9 +226,9 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, d_sink, None
 
     @staticmethod
-    def jvp(ctx, tq, tk, tv, t_sink, _problem):  # type: ignore[override]
+    def jvp(ctx, tq, tk, tv, t_sink, _settings):  # type: ignore[override]
         q, k, v, sink, out, lse = ctx.saved_tensors
-        p = ctx.problem
+        p = ctx.settings
         tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
         _, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, p.causal, p.rope_dims, p.rope_base, p.scale)
         if sink is not None and t_sink is not None:
@@ -259,11 +259,11 @@ def attention(
     interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
     Differentiable in reverse mode (`backward`) and forward mode (`torch.func.jvp`, `jacfwd`).
     """
-    problem = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
+    settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
     if choose_backend(backend, q, v) == "reference":
-        return reference_attention(q, k, v, causal=problem.causal, rope_dims=problem.rope_dims,
-                                   rope_base=problem.rope_base, sink=sink, scale=problem.scale)
-    return _FlashAttention.apply(q, k, v, sink, problem)[0]
+        return reference_attention(q, k, v, causal=settings.causal, rope_dims=settings.rope_dims,
+                                   rope_base=settings.rope_base, sink=sink, scale=settings.scale)
+    return _FlashAttention.apply(q, k, v, sink, settings)[0]
 
 
 def attention_jvp(
@@ -272,16 +272,16 @@ def attention_jvp(
     scale: float | None = None, backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, tangent of out) for tangents (tq, tk, tv) shaped like (q, k, v): one fused pass on Triton."""
-    problem = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
+    settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
     for name, t, x in (("tq", tq, q), ("tk", tk, k), ("tv", tv, v)):
         if not isinstance(t, torch.Tensor) or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
             raise ValueError(f"{name} must match {name[1]} in shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})")
     if choose_backend(backend, q, v) == "reference":
         return torch.func.jvp(
-            lambda a, b, c: reference_attention(a, b, c, causal=problem.causal, rope_dims=problem.rope_dims,
-                                                rope_base=problem.rope_base, sink=sink, scale=problem.scale),
+            lambda a, b, c: reference_attention(a, b, c, causal=settings.causal, rope_dims=settings.rope_dims,
+                                                rope_base=settings.rope_base, sink=sink, scale=settings.scale),
             (q, k, v), (tq, tk, tv),
         )
-    out, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, problem.causal, problem.rope_dims, problem.rope_base,
-                                  problem.scale)
+    out, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, settings.causal, settings.rope_dims, settings.rope_base,
+                                  settings.scale)
     return out, t_out

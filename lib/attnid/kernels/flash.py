@@ -13,20 +13,44 @@ before the import, simulated on the CPU with numpy (float32 only there; slow; fo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 from triton import knobs
 
 from ..rope import rope_tables as reference_tables
-from .problem import Problem
+from .settings import CallSettings
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
 # log2(e): the kernels work in base 2 (exp2, log2), so scores and logits are scaled by it.
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
-# Tests set this to True: every output is allocated full of NaN, so an element a kernel forgets to
-# write cannot pass for a correct one.
-POISON_OUTPUTS = False
+
+
+@dataclass(frozen=True)
+class CheckHooks:
+    """What a check changes in the kernels: ``poison`` allocates every output full of NaN (an element a
+    kernel forgets to write cannot pass for a correct one); ``block`` forces (BLOCK_M, BLOCK_N) tiles."""
+
+    poison: bool = False
+    block: tuple[int, int] | None = None
+
+
+_hooks = CheckHooks()  # set only through check_hooks
+
+
+@contextlib.contextmanager
+def check_hooks(*, poison: bool = False, block: tuple[int, int] | None = None) -> Iterator[CheckHooks]:
+    """Run the kernels with these check hooks inside the block (every thread, backward passes included)."""
+    global _hooks
+    previous, _hooks = _hooks, CheckHooks(poison, block)
+    try:
+        yield _hooks
+    finally:
+        _hooks = previous
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,35 +348,33 @@ def rope_tables(n: int, rope_dims: int, base: float, device: torch.device) -> tu
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel and largest head width. Chosen so that every
 # kernel fits the 227 KiB of shared memory an H100/H200 block may use, as checked by compiling for
 # sm_90 without a GPU (scripts/check_kernels.py, run by the tests). Speed on a GPU is unmeasured.
-CONFIGS: dict[str, dict[int, tuple[int, int, int, int]]] = {
+TILES: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "forward": {64: (128, 64, 4, 3), 128: (128, 64, 4, 3), 256: (128, 32, 8, 3)},
     "tangent": {64: (128, 64, 8, 3), 128: (128, 32, 8, 2), 256: (64, 32, 4, 2)},
     "dkdv": {64: (32, 128, 8, 3), 128: (32, 128, 8, 3), 256: (32, 128, 8, 2)},
     "dq": {64: (128, 32, 8, 3), 128: (128, 32, 8, 3), 256: (128, 32, 8, 2)},
 }
 # float32 tiles take twice the bytes: smaller tiles and fewer stages.
-CONFIGS_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
+TILES_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "forward": {64: (128, 64, 4, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
     "tangent": {64: (64, 32, 4, 2), 128: (64, 32, 4, 1), 256: (32, 16, 4, 1)},
     "dkdv": {64: (32, 128, 8, 3), 128: (32, 64, 4, 2), 256: (16, 64, 4, 1)},
     "dq": {64: (128, 32, 8, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
 }
-# Tests set this to force small tiles (several blocks even on short sequences).
-BLOCK_OVERRIDE: tuple[int, int] | None = None
 
 
-def config(kind: str, width: int, dtype_bytes: int = 2) -> tuple[int, int, int, int]:
+def tiles(kind: str, width: int, dtype_bytes: int = 2) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of kernel `kind` for head width `width` (16 to 256)."""
-    limit = next(w for w in sorted(CONFIGS[kind]) if width <= w)
-    block_m, block_n, warps, stages = (CONFIGS_FP32 if dtype_bytes == 4 else CONFIGS)[kind][limit]
-    if BLOCK_OVERRIDE is not None:
-        block_m, block_n = BLOCK_OVERRIDE
+    limit = next(w for w in sorted(TILES[kind]) if width <= w)
+    block_m, block_n, warps, stages = (TILES_FP32 if dtype_bytes == 4 else TILES)[kind][limit]
+    if _hooks.block is not None:
+        block_m, block_n = _hooks.block
     return block_m, block_n, warps, stages
 
 
 def _new(shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     dtype = dtype or like.dtype
-    if POISON_OUTPUTS:
+    if _hooks.poison:
         return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
     return torch.empty(shape, dtype=dtype, device=like.device)
 
@@ -362,18 +384,18 @@ def _precision(dtype: torch.dtype) -> str | None:
     return "ieee" if dtype == torch.float32 else None
 
 
-def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, cfg: Problem) -> dict:
+def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSettings) -> dict:
     d, dv = q.shape[-1], v.shape[-1]
-    block_m, block_n, warps, stages = config(kind, max(d, dv), q.element_size())
+    block_m, block_n, warps, stages = tiles(kind, max(d, dv), q.element_size())
     return dict(
         D=d, DV=dv, D_PAD=max(16, triton.next_power_of_2(d)), DV_PAD=max(16, triton.next_power_of_2(dv)),
-        R=cfg.rope_dims, CAUSAL=cfg.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
+        R=settings.rope_dims, CAUSAL=settings.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=warps, num_stages=stages,
     )
 
 
 def forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, cfg: Problem,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, settings: CallSettings,
     tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(out, lse, tangent_out): out (B, H, N, DV), lse (B, H, N) float32; tangent_out if tangents given."""
@@ -383,14 +405,14 @@ def forward(
     lse = _new((batch, heads, n), q, torch.float32)
     t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
     tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
-    cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
-    args = _shared_args("tangent" if tangents is not None else "forward", q, v, cfg)
+    cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
+    args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings)
     grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _forward_kernel[grid](
         q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
         t_out if t_out is not None else out, lse,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        n, heads, heads // kv_heads, cfg.scale,
+        n, heads, heads // kv_heads, settings.scale,
         HAS_SINK=sink is not None, TANGENT=tangents is not None, **args,
     )
     return out, lse, t_out
@@ -398,7 +420,7 @@ def forward(
 
 def backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    d_out: torch.Tensor, cfg: Problem,
+    d_out: torch.Tensor, settings: CallSettings,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs."""
     batch, heads, n, _ = q.shape
@@ -406,19 +428,19 @@ def backward(
     d_out = d_out.contiguous()
     delta = (d_out.float() * out.float()).sum(-1).contiguous()
     dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
-    cos, sin = rope_tables(n, cfg.rope_dims, cfg.rope_base, q.device)
+    cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
     # dq, dk, dv are written with the strides of q, k, v: the caller passes contiguous inputs.
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
-    args = _shared_args("dkdv", q, v, cfg)
+    args = _shared_args("dkdv", q, v, settings)
     grid_kv = (triton.cdiv(n, args["BLOCK_N"]), batch * kv_heads)
     _backward_dkdv_kernel[grid_kv](
         q, k, v, d_out, lse, delta, cos, sin, dk, dv, *strides,
-        n, heads, kv_heads, heads // kv_heads, cfg.scale, **args,
+        n, heads, kv_heads, heads // kv_heads, settings.scale, **args,
     )
-    args = _shared_args("dq", q, v, cfg)
+    args = _shared_args("dq", q, v, settings)
     grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _backward_dq_kernel[grid_q](
         q, k, v, d_out, lse, delta, cos, sin, dq, *strides,
-        n, heads, heads // kv_heads, cfg.scale, **args,
+        n, heads, heads // kv_heads, settings.scale, **args,
     )
     return dq, dk, dv, delta

@@ -1,4 +1,4 @@
-"""`Problem`: one checked attention call, everything but the tensors (the record the API checks and the kernels read)."""
+"""`CallSettings`: one checked attention call, everything but the tensors (what the API checks and the kernels read)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Problem:
+class CallSettings:
     """What the kernels need to know besides the tensors."""
 
     causal: bool

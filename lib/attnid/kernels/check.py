@@ -1,0 +1,133 @@
+"""The kernel-check harness: cases, inputs, every derivative of one call, and the error rule, written once.
+
+``tests/test_kernels.py``, ``scripts/gpu_check.py`` and the kernels appendix all check the Triton
+kernels this way: draw the inputs of a ``Case``, ``evaluate`` the output, the gradient of every
+input for one cotangent and the forward-mode tangent for one set of tangents, through the
+kernels and through the float64 reference, and compare.
+
+The float32 rule (tests and appendix): a kernel agrees with the float64 reference when
+
+    scaled_error = max |kernel - reference| / (1 + max |reference|) <= TOL = 2e-5,
+
+float32's unit roundoff (6e-8) times a budget of about 300 for sums over up to a few hundred
+keys, the exp/log of the online softmax and, with RoPE, float32 cos/sin tables. An element a
+kernel never wrote is NaN under ``flash.check_hooks(poison=True)`` and fails the rule
+(``scaled_error`` is NaN). ``scripts/gpu_check.py`` compares bf16 and fp16 against PyTorch's own
+error instead (its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import flash
+from .api import attention, attention_jvp
+
+TOL = 2e-5
+CHECK_TILE = 16  # tile size of the float32 checks: short sequences then span several tiles
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One attention call to check: shapes (tokens N, heads H and G, widths D and Dv), options and dtype."""
+
+    tokens: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    rope_fraction: float
+    sink: bool
+    v_head_dim: int | None = None  # None: the same as head_dim
+    dtype: str = "fp32"
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.v_head_dim is None else self.v_head_dim
+
+    @property
+    def name(self) -> str:
+        """An id for test reports: N17-H4G2-causal-rope0.25-sink-D16Dv16-fp32."""
+        return (f"N{self.tokens}-H{self.heads}G{self.kv_heads}-{'causal' if self.causal else 'full'}"
+                f"-rope{self.rope_fraction}-{'sink' if self.sink else 'nosink'}-D{self.head_dim}Dv{self.value_dim}"
+                f"-{self.dtype}")
+
+    @property
+    def options(self) -> dict:
+        return {"causal": self.causal, "rope_fraction": self.rope_fraction}
+
+
+def draw(case: Case, gen: torch.Generator, batch: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Random q, k, v (and a sink per head) of the case's shapes, on the CPU in ``dtype``."""
+    n, h, g, d = case.tokens, case.heads, case.kv_heads, case.head_dim
+    x = {"q": torch.randn(batch, h, n, d, generator=gen, dtype=dtype),
+         "k": torch.randn(batch, g, n, d, generator=gen, dtype=dtype),
+         "v": torch.randn(batch, g, n, case.value_dim, generator=gen, dtype=dtype)}
+    if case.sink:
+        x["sink"] = torch.randn(h, generator=gen, dtype=dtype)
+    return x
+
+
+def call(backend: str, case: Case, names: list[str]) -> Callable[..., torch.Tensor]:
+    """attention(q, k, v, sink) of the case through ``backend``, as a function of the named inputs in order."""
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        x = dict(zip(names, tensors, strict=True))
+        return attention(x["q"], x["k"], x["v"], sink=x.get("sink"), backend=backend, **case.options)
+    return run
+
+
+def evaluate(fn: Callable[..., torch.Tensor], inputs: dict[str, torch.Tensor], tangents: dict[str, torch.Tensor],
+             cotangent: torch.Tensor, tangent_fn: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """fn's output, the gradient of <fn, cotangent> for each input ('d' + name) and the tangent along ``tangents``.
+
+    ``tangent_fn`` (default ``fn``) is the same function through another path, for an implementation
+    whose fastest path has no forward mode (PyTorch's flash SDPA: its math backend then).
+    """
+    names = list(inputs)
+    leaves = [inputs[k].detach().clone().requires_grad_() for k in names]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, cotangent)
+    _, tangent = torch.func.jvp(tangent_fn or fn, tuple(inputs[k] for k in names), tuple(tangents[k] for k in names))
+    return {"out": out.detach(), **{f"d{k}": gr for k, gr in zip(names, grads)}, "tangent": tangent}
+
+
+def scaled_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |got - ref| / (1 + max |ref|); NaN when got has a non-finite entry (an element left unwritten)."""
+    if got.shape != ref.shape:
+        raise ValueError(f"shape {tuple(got.shape)} against the reference's {tuple(ref.shape)}")
+    if not torch.isfinite(got).all():
+        return math.nan
+    return (got.double() - ref.double()).abs().max().item() / (1 + ref.abs().max().item())
+
+
+def case_errors(case: Case, gen: torch.Generator, *, batch: int = 2, device: torch.device | str = "cpu",
+                poison: bool = True, tile: int | None = CHECK_TILE) -> dict[str, float]:
+    """Scaled errors of the float32 kernels against float64: out, every gradient, the tangent, attention_jvp.
+
+    ``poison`` fills every kernel output with NaN first; ``tile`` forces square tiles of that size
+    (None: the kernels' own tile table, as on a GPU).
+    """
+    x, t = draw(case, gen, batch), draw(case, gen, batch)
+    cotangent = torch.randn(batch, case.heads, case.tokens, case.value_dim, generator=gen)
+    x, t, cotangent = ({k: v.to(device) for k, v in d.items()} for d in (x, t, {"c": cotangent}))
+    cotangent = cotangent["c"]
+    names = list(x)
+    f64 = {k: v.double() for k, v in x.items()}
+    t64 = {k: v.double() for k, v in t.items()}
+    with flash.check_hooks(poison=poison, block=(tile, tile) if tile else None):
+        kernel = evaluate(call("triton", case, names), x, t, cotangent)
+        _, one_pass = attention_jvp(x["q"], x["k"], x["v"], t["q"], t["k"], t["v"], sink=x.get("sink"),
+                                    backend="triton", **case.options)
+    reference = evaluate(call("reference", case, names), f64, t64, cotangent.double())
+    errors = {key: scaled_error(kernel[key], ref) for key, ref in reference.items()}
+    # the public one-pass entry point: tangents of q, k and v only, the sink held fixed
+    _, ref_pass = torch.func.jvp(
+        lambda a, b, c: attention(a, b, c, sink=f64.get("sink"), backend="reference", **case.options),
+        (f64["q"], f64["k"], f64["v"]), (t64["q"], t64["k"], t64["v"]))
+    errors["attention_jvp"] = scaled_error(one_pass, ref_pass)
+    return errors
