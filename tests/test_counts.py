@@ -81,25 +81,28 @@ def test_sweep_covers_every_kind_of_layout() -> None:
         assert any(s.has_bias(letter) for s in SWEEP)
 
 
-# (layout, unidentified, total) as reported by our reading of the paper's claims, from independent numeric checks.
+# (layout, unidentified, total): the paper's claims at d = 8, each worked out by hand from the book's theorems
+# (per key/value group: d_k^2 for the query/key product, or r + (d_k - r)^2 with RoPE on r columns (thm-rope);
+# d_v^2 for the value/output product; b_K's unrotated coordinates and, with b_O, all of b_V under softmax
+# (thm-biases); P = d (H d_k + G d_k + G d_v + H d_v) plus the biases).
 CLAIMS = [
-    (dict(d_model=8, heads=1), 128, 256),
-    (dict(d_model=8, heads=2), 64, 256),
-    (dict(d_model=8, heads=4), 32, 256),
-    (dict(d_model=8, heads=8), 16, 256),
-    (dict(d_model=8, heads=1, head_dim=10, v_head_dim=8), 160, None),
-    (dict(d_model=8, heads=2, bias="qkvo"), 80, 288),
-    (dict(d_model=8, heads=4, bias="qkvo"), 48, 288),
-    (dict(d_model=8, heads=4, bias="qkvo", causal=True), 48, 288),
-    (dict(d_model=8, heads=4, kv_heads=2, bias="qkvo"), 24, 216),
-    (dict(d_model=8, heads=1, bias="qkvo", rope_fraction=1.0), 80, None),
-    (dict(d_model=8, heads=1, rope_fraction=1.0), 72, None),
-    (dict(d_model=8, heads=2, rope_fraction=1.0), 40, None),
-    (dict(d_model=8, heads=1, rope_dims=4), 84, None),
-    (dict(d_model=8, heads=1, rope_dims=2), 102, None),
-    (dict(d_model=8, heads=4, kv_heads=2, rope_fraction=1.0), 12, None),
-    (dict(d_model=8, heads=4, kv_heads=2), 16, 192),
-    (dict(d_model=8, heads=4, kv_heads=1), 8, 160),
+    (dict(d_model=8, heads=1), 128, 256),  # 64 + 64; P = 4 * 64
+    (dict(d_model=8, heads=2), 64, 256),  # 2 (16 + 16)
+    (dict(d_model=8, heads=4), 32, 256),  # 4 (4 + 4)
+    (dict(d_model=8, heads=8), 16, 256),  # 8 (1 + 1)
+    (dict(d_model=8, heads=1, head_dim=10, v_head_dim=8), 160, None),  # 160 - 8 (8 + 8 - 8) = 96 (full rank), + 64
+    (dict(d_model=8, heads=2, bias="qkvo"), 80, 288),  # 2 (16 + 16) + b_K 8 + b_V 8; P = 256 + 4 * 8
+    (dict(d_model=8, heads=4, bias="qkvo"), 48, 288),  # 4 (4 + 4) + 8 + 8
+    (dict(d_model=8, heads=4, bias="qkvo", causal=True), 48, 288),  # a causal mask changes nothing (chapter 6)
+    (dict(d_model=8, heads=4, kv_heads=2, bias="qkvo"), 24, 216),  # 2 (4 + 4) + b_K 4 + b_V 4; P = 192 + 8 + 4 + 4 + 8
+    (dict(d_model=8, heads=1, bias="qkvo", rope_fraction=1.0), 80, None),  # r = 8, + 64 + b_V 8 (b_K fully rotated)
+    (dict(d_model=8, heads=1, rope_fraction=1.0), 72, None),  # 8 + 64
+    (dict(d_model=8, heads=2, rope_fraction=1.0), 40, None),  # 2 (4 + 16)
+    (dict(d_model=8, heads=1, rope_dims=4), 84, None),  # 4 + 4^2 + 64
+    (dict(d_model=8, heads=1, rope_dims=2), 102, None),  # 2 + 6^2 + 64
+    (dict(d_model=8, heads=4, kv_heads=2, rope_fraction=1.0), 12, None),  # 2 (2 + 4)
+    (dict(d_model=8, heads=4, kv_heads=2), 16, 192),  # 2 (4 + 4); P = 8 (8 + 4 + 4 + 8)
+    (dict(d_model=8, heads=4, kv_heads=1), 8, 160),  # 4 + 4; P = 8 (8 + 2 + 2 + 8)
 ]
 
 

@@ -35,6 +35,11 @@ def test_ties_use_the_stated_tolerance_and_the_result_is_seeded() -> None:
     assert (s.wins, s.ties, s.losses) == (1, 2, 1)
     assert paired_summary(a, b, tie=1e-9, relative_tie=True).ties == 2
     assert paired_summary(a, b, seed=3) == paired_summary(a, b, seed=3)
+    # the seed is really used: with few resamples (where the quantiles still move) another seed differs
+    x = np.random.default_rng(5).normal(size=40)
+    y = x + np.random.default_rng(6).normal(size=40)
+    one, other = (paired_summary(x, y, n_boot=100, seed=k) for k in (3, 4))
+    assert (one.low, one.high) != (other.low, other.high)
 
 
 @pytest.mark.parametrize("bad", [dict(a=[1.0], b=[2.0]), dict(a=[1.0, 2.0], b=[1.0]), dict(a=[1.0, np.nan], b=[1.0, 2.0])])
@@ -61,6 +66,8 @@ def test_median_interval_brackets_the_median_and_is_reproducible() -> None:
     low, high = stats.median_interval(np.arange(101.0))
     assert low < 50 < high and high - low < 30
     assert stats.median_interval(np.arange(101.0)) == (low, high)  # seeded
+    few = np.random.default_rng(2).normal(size=30)  # and the seed is used (few resamples: the quantiles move)
+    assert stats.median_interval(few, n_boot=50, seed=0) != stats.median_interval(few, n_boot=50, seed=1)
     assert stats.median_interval([3.0, 3.0, 3.0]) == (3.0, 3.0)
     with pytest.raises(ValueError, match="at least 2 values"):
         stats.median_interval([1.0])
