@@ -89,9 +89,11 @@ class LayerGroup:
 
     @property
     def ratio(self) -> float | None:
+        """unidentified / total per layer (None when not covered or not counted)."""
         return None if self.unidentified is None or not self.total else self.unidentified / self.total
 
     def record(self) -> dict[str, Any]:
+        """The group as a JSON-ready dict (what `attnid count --config --json` prints)."""
         layout = self.spec.to_dict() if isinstance(self.spec, Layout) else None
         return {"layer_type": self.kind, "layers": self.layers, "attention": self.attention,
                 "layout": self.description, "layout_fields": layout, "parameters_per_layer": self.total,
@@ -108,6 +110,7 @@ class Ignored:
     why: str
 
     def record(self) -> dict[str, Any]:
+        """The field, its value and the reason, as a JSON-ready dict."""
         return {"field": self.field, "value": self.value, "why": self.why}
 
 
@@ -123,10 +126,12 @@ class ModelCount:
 
     @property
     def layers(self) -> int:
+        """Layers of every type, counted or not."""
         return sum(g.layers for g in self.groups)
 
     @property
     def counted(self) -> list[LayerGroup]:
+        """The groups of attention layers this tool counts."""
         return [g for g in self.groups if g.attention]
 
     @property
@@ -143,14 +148,17 @@ class ModelCount:
 
     @property
     def weakly_identified(self) -> int:
+        """Directions identified only through a norm's eps, over all counted layers."""
         return sum(g.weakly_identified * g.layers for g in self.counted)
 
     @property
     def ratio(self) -> float | None:
+        """unidentified / total over all counted layers (None when any group is not covered)."""
         u = self.unidentified
         return None if u is None or not self.total else u / self.total
 
     def record(self) -> dict[str, Any]:
+        """The whole model as a JSON-ready dict."""
         return {"config": self.source, "model_type": self.model_type, "layers": self.layers,
                 "layers_counted": sum(g.layers for g in self.counted),
                 "groups": [g.record() for g in self.groups],
@@ -189,6 +197,7 @@ class Config:
         return ValueError(f"{self.where}: field {name!r} {message}")
 
     def has(self, name: str) -> bool:
+        """Whether the field is present and not null."""
         return self.raw.get(name) is not None
 
     def mark_read(self, *names: str) -> None:
@@ -196,6 +205,7 @@ class Config:
         self.read.update(names)
 
     def value(self, name: str, default: Any = None) -> Any:
+        """The raw value of a field (``default`` when absent or null), marked as read."""
         self.read.add(name)
         value = self.raw.get(name)
         return default if value is None else value
@@ -219,12 +229,14 @@ class Config:
             raise self._fail(name, str(exc)) from None
 
     def number(self, name: str, default: float) -> float:
+        """A finite real number field, marked as read."""
         value = self.value(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self._fail(name, f"must be a finite number, got {_shown(value)}")
         return float(value)
 
     def flag(self, name: str, default: bool) -> bool:
+        """A true/false field, marked as read."""
         value = self.value(name, default)
         if not isinstance(value, bool):
             raise self._fail(name, f"must be true or false, got {_shown(value)}")
@@ -238,6 +250,7 @@ class Config:
             self.ignored.append(Ignored(name, shown, why))
 
     def layers(self) -> int:
+        """num_hidden_layers (or n_layer, num_layers), checked by the field schema."""
         return self.integer("num_hidden_layers", None, "n_layer", "num_layers")
 
 
@@ -475,6 +488,7 @@ def _softcap_note(cfg: Config) -> str:
 
 
 def map_gemma2(cfg: Config) -> list[LayerGroup]:
+    """Gemma 2: alternating sliding and full layers; logit soft-capping withheld (not covered), the score scale a constant."""
     n = cfg.layers()
     _score_scale(cfg)
     cap = _softcap_note(cfg)
@@ -490,6 +504,7 @@ def _uncover(group: LayerGroup, note: str) -> LayerGroup:
 
 
 def map_gemma3(cfg: Config) -> list[LayerGroup]:
+    """Gemma 3: five sliding layers to one full (sliding_window_pattern), a shared QK-norm, a RoPE base per layer type."""
     n = cfg.layers()
     _score_scale(cfg)
     cap = _softcap_note(cfg)
