@@ -32,12 +32,15 @@ from typing import Any, NoReturn
 
 import torch
 
-from .counts import Count, count
+from . import families, nullity
+from .counts import Count
+from .gated import GATES, GatedSpec
+from .nullity import FamilyCheck
 from .fields import FIELDS, MAX_WIDTH
 from .fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
 from .runtime import MAX_SEED
 from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
-from .verify import METHODS, MIN_SEQ_LEN, Verification, default_seq_len, estimate_resources, format_bytes, verify
+from .verify import METHODS, MIN_SEQ_LEN, Estimate, Verification, default_seq_len, estimate_resources, format_bytes, verify
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
 # Tokens per input: the rank needs P rows in all, and more inputs deliver them more cheaply than
@@ -189,6 +192,10 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
     p.add_argument("--chunk", type=schema_type("chunk"), default=None,
                    help="chunked causal attention, chunks of C tokens: query i sees keys j <= i of its own chunk "
                         "(needs --causal; Llama 4)")
+    p.add_argument("--output-gate", choices=("none", *GATES), default="none",
+                   help="multiply each head's output by a sigmoid gate of its own token: one per value coordinate "
+                        "(elementwise: Qwen3-Next) or one per head (headwise); default none")
+    p.add_argument("--gate-bias", action="store_true", help="with --output-gate: the gate has a bias")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -272,7 +279,15 @@ def run_census(args: argparse.Namespace) -> int:
     return 0
 
 
-def spec_from_args(args: argparse.Namespace) -> AttentionSpec:
+def spec_from_args(args: argparse.Namespace) -> AttentionSpec | GatedSpec:
+    """The layout the flags describe: an AttentionSpec, wrapped in a GatedSpec with --output-gate."""
+    if args.gate_bias and args.output_gate == "none":
+        raise ValueError("--gate-bias needs --output-gate elementwise or headwise")
+    base = _base_spec(args)
+    return base if args.output_gate == "none" else GatedSpec(base, args.output_gate, args.gate_bias)
+
+
+def _base_spec(args: argparse.Namespace) -> AttentionSpec:
     if args.sink == "learned" and args.norm != "sink":
         raise ValueError("--sink learned needs --norm sink")
     if args.window is not None and not args.causal:
@@ -293,11 +308,15 @@ def count_record(c: Count) -> dict[str, Any]:
             "weakly_identified": c.weakly_identified}
 
 
-def verify_record(v: Verification) -> dict[str, Any]:
+def _count_of(v: Verification | FamilyCheck) -> Count:
+    return v.count if isinstance(v, Verification) else families.count(v.spec)
+
+
+def verify_record(v: Verification | FamilyCheck, seed: int) -> dict[str, Any]:
     d = v.decision
-    return {**count_record(v.count), "numeric_unidentified": d.nullity, "matches": v.matches, "rank": d.rank,
-            "clear": d.clear, "smallest_kept": d.smallest_kept, "largest_dropped": d.largest_dropped, "gap": d.gap,
-            "jacobian_rows": d.n_rows, "seq_len": v.seq_len, "n_inputs": v.n_inputs, "seed": v.seed,
+    return {**count_record(_count_of(v)), "numeric_unidentified": d.nullity, "matches": v.matches,
+            "rank": d.rank, "clear": d.clear, "smallest_kept": d.smallest_kept, "largest_dropped": d.largest_dropped,
+            "gap": d.gap, "jacobian_rows": d.n_rows, "seq_len": v.seq_len, "n_inputs": v.n_inputs, "seed": seed,
             "method": d.method}
 
 
@@ -350,17 +369,17 @@ def run_config_count(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _verify_lines(v: Verification) -> list[str]:
+def _verify_lines(v: Verification | FamilyCheck, seed: int) -> list[str]:
     d = v.decision
     verdict = {True: "yes", False: "NO", None: "no exact count to compare"}[v.matches]
-    lines = _count_lines(v.count) + [
+    c = _count_of(v)
+    lines = _count_lines(c) + [
         f"numeric: nullity {d.nullity} (rank {d.rank} of {d.n_params}, {d.n_rows} Jacobian rows from "
-        f"{v.n_inputs} inputs of {v.seq_len} tokens, seed {v.seed})",
+        f"{v.n_inputs} inputs of {v.seq_len} tokens, seed {seed})",
         f"  smallest kept {d.smallest_kept:.3e}, largest dropped {d.largest_dropped:.3e} (relative), "
         f"decision {'clear' if d.clear else 'NOT clear'}",
         f"matches: {verdict}",
     ]
-    c = v.count
     if v.matches is False and c.weakly_identified and d.nullity == c.unidentified + c.weakly_identified:
         lines.append(f"  the {c.weakly_identified} weakly identified directions (query/key scales, seen only through "
                      f"eps = {c.spec.qk_norm_eps:g}) fall below the rank rule's zero tolerance: at this eps the "
@@ -384,10 +403,25 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec) -> int:
+def _estimate(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Estimate:
+    """The peak-memory estimate of verify: calibrated for AttentionSpec, ``attnid.nullity``'s bound for a gated layout."""
+    if isinstance(spec, AttentionSpec):
+        return estimate_resources(spec, seq_len=args.seq_len, method=args.method)
+    seq_len = default_seq_len(spec.base) if args.seq_len is None else args.seq_len
+    p = families.count(spec).total
+    return Estimate(nullity.estimate_bytes(p, spec.d_model, seq_len), p, seq_len, 0, "forward", {})
+
+
+def _run(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Verification | FamilyCheck:
+    if isinstance(spec, AttentionSpec):
+        return verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
+    return families.verify(spec, seq_len=args.seq_len, seed=args.seed)
+
+
+def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec | GatedSpec) -> int:
     """Refuse a layout whose estimated peak memory exceeds --max-memory, else verify it (exit 3 if memory runs out)."""
     limit = default_max_memory() if args.max_memory is None else args.max_memory
-    estimate = estimate_resources(spec, seq_len=args.seq_len, method=args.method)
+    estimate = _estimate(spec, args)
     if estimate.bytes > limit:
         parser.exit(EXIT_USAGE, (
             f"attnid verify: error: this layout needs about {estimate.human()} of memory (estimated peak: "
@@ -398,7 +432,7 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
         print(f"attnid verify: estimated peak memory {estimate.human()} (--method {args.method}, "
               f"{estimate.n_params:,} parameters), --max-memory {format_bytes(limit)}", file=sys.stderr, flush=True)
     try:
-        result = verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
+        result = _run(spec, args)
     except (MemoryError, RuntimeError) as exc:
         if not _is_out_of_memory(exc):
             raise
@@ -406,7 +440,7 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
             f"attnid verify: error: ran out of memory (estimated peak {estimate.human()}, --max-memory "
             f"{format_bytes(limit)}): {_one_line(exc)}; use `attnid count` for the exact count, a smaller layout, "
             "or a --max-memory below what is really free\n"))
-    print(json.dumps(verify_record(result)) if args.json else "\n".join(_verify_lines(result)))
+    print(json.dumps(verify_record(result, args.seed)) if args.json else "\n".join(_verify_lines(result, args.seed)))
     if result.matches is None:
         return EXIT_OK if result.decision.clear else EXIT_MISMATCH
     return EXIT_OK if result.matches else EXIT_MISMATCH
@@ -421,7 +455,8 @@ def _main(argv: list[str] | None) -> int:
         except ValueError as exc:
             parser.exit(EXIT_USAGE, f"attnid census: error: {exc}\n")
     if args.command == "count" and args.config is not None:
-        given = [f for f in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim") if getattr(args, f) is not None]
+        defaults = vars(parser.parse_args(["count", "--config", args.config]))
+        given = [f for f, v in vars(args).items() if f not in ("config", "json") and v != defaults[f]]
         if given:
             parser.exit(EXIT_USAGE, f"attnid count: error: --config reads the layout from the file; do not give "
                                     f"{', '.join('--' + f.replace('_', '-') for f in given)} with it\n")
@@ -438,7 +473,7 @@ def _main(argv: list[str] | None) -> int:
         parser.exit(EXIT_USAGE, f"attnid {args.command}: error: {exc}\n")
     if args.command == "verify":
         return run_verify(parser, args, spec)
-    result = count(spec)
+    result = families.count(spec)
     print(json.dumps(count_record(result)) if args.json else "\n".join(_count_lines(result)))
     return EXIT_OK
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import torch
 
-from . import mha, mla
+from . import gated, mha, mla
 from .layout import Count, Family, Layout, Params
 
 LAYOUT_FAMILIES: tuple[Family, ...] = (
     mha.FAMILY,  # AttentionSpec: MHA, GQA, MQA, biases, RoPE, sinks, sigmoid, QK-norm, windows and chunks
     mla.FAMILY,  # MLASpec: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
+    gated.FAMILY,  # GatedSpec: a multi-head layout with a sigmoid output gate per head or per value coordinate
 )
 
 
@@ -30,7 +31,7 @@ def family_of(layout: Any) -> Family:
 
 
 def family_named(name: str) -> Family:
-    """The family called ``name`` ('multi-head', 'latent')."""
+    """The family called ``name`` ('multi-head', 'latent', 'output-gated')."""
     for family in LAYOUT_FAMILIES:
         if family.name == name:
             return family

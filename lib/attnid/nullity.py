@@ -1,0 +1,131 @@
+"""The numeric check a family without its own rank machinery uses: the Jacobian's nullity at one random point.
+
+``measure`` stacks the float64 Jacobian of a layer ``fn(params, x)`` on batches of Gaussian
+inputs, decides its rank by the library's one rule (``attnid.rank``), and adds batches until two
+successive decisions agree and are clear. It also measures how far the family's orbit tangent
+directions are from the null space (``orbit_stretch``: about round-off when they are symmetries).
+``FamilyCheck`` is the record every family's ``verify`` returns in this form (latent and
+output-gated attention; the multi-head family has ``attnid.verify`` with certificates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .jacobian import RankAccumulator, count_parameters, input_jacobian
+from .layout import Params
+from .rank import RankDecision, numerical_rank
+
+Layer = Callable[[Params, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class FamilyCheck:
+    """The closed-form count next to the numeric nullity of the Jacobian at one random point."""
+
+    spec: Any
+    total: int
+    exact: int | None
+    decision: RankDecision
+    orbit: int  # dimension of the span of the symmetry generators at the point
+    orbit_stretch: float  # largest ||J v|| / (s_1 ||v||) over the generators: ~0 when they are symmetries
+    n_inputs: int
+    seq_len: int
+    weak: dict[str, float] = field(default_factory=dict)  # named directions seen only weakly: ||J v|| / (s_1 ||v||)
+
+    @property
+    def numeric(self) -> int:
+        return self.decision.nullity
+
+    @property
+    def numeric_unidentified(self) -> int:
+        """The numeric nullity (the name every family's check shares)."""
+        return self.decision.nullity
+
+    @property
+    def matches(self) -> bool | None:
+        """Whether the decision is clear and equals the exact count (None: no exact count to compare)."""
+        if self.exact is None:
+            return None
+        return self.decision.clear and self.exact == self.numeric
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """A check argument: an integer >= minimum (TypeError or ValueError naming it otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A rank decision, the number of inputs it took, and the stretch of any direction under the stacked Jacobian."""
+
+    decision: RankDecision
+    n_inputs: int
+    stretch: Callable[[torch.Tensor], float]
+
+    def orbit(self, basis: torch.Tensor) -> tuple[int, float]:
+        """(dimension of span(basis), largest stretch of its columns)."""
+        dim = numerical_rank(torch.linalg.svdvals(basis)) if basis.numel() else 0
+        return dim, max((self.stretch(v) for v in basis.T), default=0.0)
+
+
+def measure(fn: Layer, params: Params, d_model: int, gen: torch.Generator, *, seq_len: int,
+            n_inputs: int | None = None, max_rounds: int = 4) -> Measured:
+    """Rank of the float64 Jacobian of ``fn`` at ``params`` on batches of seeded Gaussian inputs.
+
+    A batch has ``n_inputs`` sequences (default 1.5 P / (seq_len d_model) + 2); batches are added
+    until two successive decisions agree and are clear (at most ``max_rounds``).
+    """
+    check_int("seq_len", seq_len, 2)
+    check_int("max_rounds", max_rounds, 1)
+    if n_inputs is not None:
+        check_int("n_inputs", n_inputs, 1)
+    n_params = count_parameters(params)
+    batch = n_inputs or math.ceil(1.5 * n_params / (seq_len * d_model)) + 2
+    acc = RankAccumulator(n_params)
+    blocks: list[torch.Tensor] = []
+    previous = None
+    for _ in range(max_rounds):
+        for _ in range(batch):
+            x = torch.randn(seq_len, d_model, generator=gen, dtype=torch.float64)
+            block = input_jacobian(fn, params, x, "forward")
+            acc.add(block)
+            blocks.append(block)
+        decision = acc.decide()
+        if previous is not None and decision.clear and decision.rank == previous.rank:
+            break
+        previous = decision
+    jac = torch.cat(blocks)
+    s1 = float(torch.linalg.svdvals(jac)[0]) if jac.numel() else 1.0
+
+    def stretch(direction: torch.Tensor) -> float:
+        return float((jac @ direction).norm() / (s1 * direction.norm()))
+
+    return Measured(decision, len(blocks), stretch)
+
+
+FIRST_USE_BYTES = 200 * 2**20  # torch's first allocations and kernels, above the memory after ``import attnid``
+
+
+def estimate_bytes(n_params: int, d_model: int, seq_len: int, n_inputs: int | None = None, max_rounds: int = 4) -> int:
+    """An upper bound on the peak memory of ``measure`` (bytes above the memory after ``import attnid``).
+
+    In float64 elements, with P parameters, R = max_rounds * N * seq_len * d_model Jacobian rows
+    (N the batch ``measure`` uses): the stacked blocks and their concatenation (2 R P), one
+    input's forward-mode Jacobian with its temporaries (4 seq_len d_model P), the accumulator's
+    triangle and its SVD (3 P^2); times 1.5, plus ``FIRST_USE_BYTES``. Not calibrated like
+    ``attnid.verify.estimate_resources``: it counts every batch ``max_rounds`` allows.
+    """
+    batch = n_inputs or math.ceil(1.5 * n_params / (seq_len * d_model)) + 2
+    rows = max_rounds * batch * seq_len * d_model
+    floats = 2 * rows * n_params + 4 * seq_len * d_model * n_params + 3 * n_params**2
+    return FIRST_USE_BYTES + math.ceil(1.5 * 8 * floats)
