@@ -136,3 +136,12 @@ def test_the_cli_counts_and_verifies_a_gated_layout(capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["count", "--d-model", "6", "--heads", "2", "--gate-bias"])
     assert stop.value.code == 2 and "--gate-bias needs --output-gate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_qwen3_next_s_own_attention_computes_the_gated_layer_and_has_its_count(bias) -> None:
+    pytest.importorskip("transformers.models.qwen3_next")
+    spec = gated.qwen3_next_spec(heads=2, kv_heads=1, head_dim=4, rope_fraction=0.5, bias=bias)
+    check = gated.hf_cross_check(spec)
+    assert check.same_function < 1e-13 and check.symmetry_change < 1e-13 and check.off_orbit_change > 1e-7
+    assert check.numeric == check.exact == gated.count(spec).unidentified
