@@ -133,3 +133,30 @@ CHAPTER_GRIDS: Mapping[str, Callable[[dict[str, Any]], Grids]] = {
 # Chapter 7b's grids (qk_norm, windows) are not certified by the appendix: with eps > 0 a QK-norm layout has
 # identified directions whose relative singular values (about 1e-8) lie below the certificate's floor
 # (attnid.rank.GRAM_FLOOR), so its decisions come from the full spectrum instead.
+
+
+def output_gates(d_model: int) -> list[Any]:
+    """Chapter 7b: both gates on MHA, GQA and MQA, bare and with every bias, full RoPE, a causal mask and a gate bias.
+
+    Then three layouts the theorem singles out: a value head wider than the model (d_v > d), a value bias without
+    b_O, and Qwen3-Next's shape (shared QK-norm, partial RoPE, elementwise gate).
+    """
+    from attnid.gated import GatedSpec, qwen3_next_spec
+
+    specs = []
+    for gate in ("elementwise", "headwise"):
+        for heads, kv in ((2, 2), (4, 2), (4, 1)):
+            for extra, gate_bias in ((dict(), False), (dict(bias="qkvo", rope_fraction=1.0, causal=True), True)):
+                specs.append(GatedSpec(AttentionSpec.create(d_model, heads, kv_heads=kv, **extra), gate, gate_bias))
+        specs.append(GatedSpec(AttentionSpec.create(d_model // 2, 1, head_dim=2, v_head_dim=d_model), gate))
+        specs.append(GatedSpec(AttentionSpec.create(d_model, 2, kv_heads=1, bias="qkv", causal=True), gate, True))
+    specs.append(qwen3_next_spec(heads=2, kv_heads=1, head_dim=d_model // 2, rope_fraction=0.5))
+    return specs
+
+
+def gate_layout(d_model: int, heads: int, gate: str) -> Any:
+    """Chapter 7b's figure: the standard layout of ``heads`` heads, ungated ('none') or with a gate of that kind."""
+    from attnid.gated import GatedSpec
+
+    base = AttentionSpec.create(d_model, heads)
+    return base if gate == "none" else GatedSpec(base, gate)
