@@ -463,7 +463,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             return run_config_count(args)
         except ValueError as exc:
-            parser.exit(EXIT_USAGE, f"attnid count: error: {_one_line(exc, 400)}\n")
+            parser.exit(EXIT_USAGE, f"attnid count: error: {_one_line(exc, 2000)}\n")
     if args.command == "count" and (args.d_model is None or args.heads is None):
         missing = [f for f, v in (("--d-model", args.d_model), ("--heads", args.heads)) if v is None]
         parser.exit(EXIT_USAGE, f"attnid count: error: the following arguments are required: {', '.join(missing)}\n")
