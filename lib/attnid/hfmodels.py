@@ -54,6 +54,8 @@ def map_qwen3_moe(cfg: Config) -> list[LayerGroup]:
 def map_phi3(cfg: Config) -> list[LayerGroup]:
     """Phi-3/Phi-4-mini: fused qkv without biases, partial RoPE (partial_rotary_factor), a window on every layer."""
     cfg.mark_read("original_max_position_embeddings")  # the context length of a longrope scaling (rope_scaling)
+    if cfg.flag("attention_bias", False):
+        cfg.ignore("attention_bias", "true, but transformers' Phi-3 attention has no biases: counted without them")
     return _decoder(cfg, bias="none", fraction=rope_fraction(cfg, 1.0), kinds=_all_or_sliding(cfg))
 
 
@@ -81,7 +83,8 @@ def map_gptj(cfg: Config) -> list[LayerGroup]:
     h = cfg.integer("n_head", None, "num_attention_heads")
     n = cfg.layers()
     head = d // h
-    rotary = cfg.integer("rotary_dim", head)
+    rotary = cfg.integer("rotary_dim", head) if cfg.flag("rotary", True) else 0
+    cfg.mark_read("rotary_dim", "scale_attn_weights")  # GPT-J always divides the scores by sqrt(head_dim)
     if rotary > head:
         raise cfg._fail("rotary_dim", f"{rotary} is more than the head width {head}")
     spec = _spec(cfg, d_model=d, heads=h, rope_fraction=rotary / head, rope_base=10000.0, causal=True)
@@ -174,6 +177,9 @@ def map_stablelm(cfg: Config) -> list[LayerGroup]:
     bias = "qkv" if cfg.flag("use_qkv_bias", False) else "none"
     base = rope_base(cfg, 10000.0, None, "rotary_emb_base")
     groups = _decoder(cfg, bias=bias, fraction=fraction, base_default=base)
+    _same_as(cfg, "num_heads", "num_attention_heads")
+    if cfg.number("rotary_scaling_factor", 1.0) != 1.0:
+        cfg.ignore("rotary_scaling_factor", "a RoPE scaling: the frequencies stay distinct, which is all the counts need")
     return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", False) else groups
 
 
@@ -230,8 +236,18 @@ def _exaone4_pattern(cfg: Config) -> Any:
 
 
 def map_nemotron(cfg: Config) -> list[LayerGroup]:
-    """Nemotron (3, 4, Minitron): GQA, partial RoPE (0.5), biases on every projection per attention_bias."""
-    return _decoder(cfg, bias=_bias_all(cfg), fraction=rope_fraction(cfg, 0.5))
+    """Nemotron (3, 4, Minitron): GQA, partial RoPE (0.5), biases on every projection per attention_bias;
+    kv_channels, where given, must equal head_dim (transformers reads head_dim)."""
+    groups = _decoder(cfg, bias=_bias_all(cfg), fraction=rope_fraction(cfg, 0.5))
+    _same_as(cfg, "kv_channels", "head_dim")
+    return groups
+
+
+def _same_as(cfg: Config, alias: str, name: str) -> None:
+    """A duplicate field (an older name of ``name``): read, and refused when it disagrees."""
+    if cfg.has(alias) and cfg.has(name) and cfg.value(alias) != cfg.value(name):
+        raise cfg._fail(alias, f"is {_shown(cfg.value(alias))} but {name} is {_shown(cfg.value(name))}")
+    cfg.mark_read(alias)
 
 
 def map_cohere(cfg: Config) -> list[LayerGroup]:
@@ -246,8 +262,15 @@ def map_cohere2(cfg: Config) -> list[LayerGroup]:
     n = cfg.layers()
     pattern = cfg.integer("sliding_window_pattern", 4)
     kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % pattern == 0 else "sliding_attention")
+    order = cfg.value("order_of_interleaved_layers", "local_attn_first")
+    if order != "local_attn_first":
+        raise cfg._fail("order_of_interleaved_layers", f"is {_shown(order)}; only local_attn_first is read")
+    positions = cfg.value("position_embedding_type", "rope_gptj")
+    if positions not in ("rope_gptj", "rope"):  # interleaved or rotate-half pairs: a permutation, no count changes
+        raise cfg._fail("position_embedding_type", f"is {_shown(positions)}, not a rotary embedding")
     cfg.mark_read("logit_scale")
-    return _decoder(cfg, bias=_bias_all(cfg), kinds=kinds, no_rope=("full_attention",))
+    return _decoder(cfg, bias=_bias_all(cfg), kinds=kinds, no_rope=("full_attention",),
+                    fraction=rope_fraction(cfg, 1.0, "rotary_pct"))
 
 
 def map_persimmon(cfg: Config) -> list[LayerGroup]:
@@ -339,6 +362,8 @@ def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
     eps = cfg.number("rms_norm_eps", 1e-6)
     bias = cfg.flag("attention_bias", False)
     base = rope_base(cfg, 10000.0)
+    if cfg.flag("use_sliding_window", False):
+        raise cfg._fail("use_sliding_window", "is true, but Qwen3-Next's full-attention layers have no window")
     linear = {k: cfg.value(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                         "linear_value_head_dim", "linear_conv_kernel_dim")}
 

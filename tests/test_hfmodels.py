@@ -1,0 +1,118 @@
+"""The mappers of attnid.hfmodels on published config.json files, against closed forms written here.
+
+The closed forms restate the book's counts for the layouts these models use (d_k, d_v <= d), from the
+theorems, without the library: per key/value group the query/key side keeps r + (d_k - r)^2 (all of
+GL(d_k) without RoPE, r = 0), the value side d_v^2 (an elementwise output gate: d_v); plain softmax
+adds the unrotated key-bias coordinates, and b_V, which only moves b_O + sum_h b_V W_O^h (all of it
+with b_O, G d_v - min(G d_v, d) without); a shared QK-norm with eps > 0 replaces the query/key side
+by one trade per rotated pair and unrotated coordinate, r/2 + (d_k - r), once (per group when the
+norm spans the whole width).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnid.hfconfig import model_count
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def closed_form(d: int, h: int, g: int, dk: int, r: int = 0, bias: str = "", qk_norm: str = "",
+                gate: bool = False) -> tuple[int, int]:
+    """(parameters, unidentified) of one layer, d_v = d_k."""
+    dv = dk
+    total = d * (h * dk + g * dk + g * dv + h * dv) + ("q" in bias) * h * dk + ("k" in bias) * g * dk
+    total += ("v" in bias) * g * dv + ("o" in bias) * d
+    if qk_norm == "shared":
+        total += 2 * dk
+        query_key = r // 2 + dk - r
+    elif qk_norm == "full":
+        total += (h + g) * dk
+        query_key = g * (r // 2 + dk - r)
+    else:
+        query_key = g * (r + (dk - r) ** 2) + ("k" in bias) * g * (dk - r)
+    if gate:
+        total += h * d * dv
+        value = g * dv
+    else:
+        value = g * dv * dv
+        if "v" in bias:
+            value += g * dv if "o" in bias else g * dv - min(g * dv, d)
+    return total, query_key + value
+
+
+# folder: [(layer type, layers, closed form arguments)]
+COUNTED = {
+    "mixtral-8x7b": [("full_attention", 32, dict(d=4096, h=32, g=8, dk=128, r=128))],
+    "qwen3-30b-a3b": [("full_attention", 48, dict(d=2048, h=32, g=4, dk=128, r=128, qk_norm="shared"))],
+    "phi-3-mini-4k": [("sliding_attention", 32, dict(d=3072, h=32, g=32, dk=96, r=96))],
+    "starcoder": [("full_attention", 40, dict(d=6144, h=48, g=1, dk=128, bias="qkvo"))],
+    "gpt-j-6b": [("full_attention", 28, dict(d=4096, h=16, g=16, dk=256, r=64))],
+    "granite-3.0-8b": [("full_attention", 40, dict(d=4096, h=32, g=8, dk=128, r=128))],
+    "internlm2.5-7b": [("full_attention", 32, dict(d=4096, h=32, g=8, dk=128, r=128))],
+    "chatglm3-6b": [("full_attention", 28, dict(d=4096, h=32, g=2, dk=128, r=64, bias="qkv"))],
+    "qwen-7b": [("full_attention", 32, dict(d=4096, h=32, g=32, dk=128, r=128, bias="qkv"))],
+    "stablelm-3b-4e1t": [("full_attention", 32, dict(d=2560, h=32, g=32, dk=80, r=20))],
+    "starcoder2-15b": [("sliding_attention", 40, dict(d=6144, h=48, g=4, dk=128, r=128, bias="qkvo"))],
+    "glm-4-9b": [("full_attention", 40, dict(d=4096, h=32, g=2, dk=128, r=64, bias="qkv"))],
+    "glm-4.5": [("full_attention", 92, dict(d=5120, h=96, g=8, dk=128, r=64, bias="qkv", qk_norm="shared"))],
+    "olmoe-1b-7b": [("full_attention", 16, dict(d=2048, h=16, g=16, dk=128, r=128, qk_norm="full"))],
+    "command-r7b": [("sliding_attention", 24, dict(d=4096, h=32, g=8, dk=128, r=128)),
+                    ("full_attention", 8, dict(d=4096, h=32, g=8, dk=128))],
+    "jamba-v0.1": [("full_attention", 4, dict(d=4096, h=32, g=8, dk=128))],
+    "nemotron-4-minitron-4b": [("full_attention", 32, dict(d=3072, h=24, g=8, dk=128, r=64))],
+    "nemotron-minitron-8b": [("full_attention", 40, dict(d=4096, h=32, g=8, dk=128, r=128))],
+    "qwen3-next-80b-a3b": [("full_attention", 12, dict(d=2048, h=16, g=2, dk=256, r=64, qk_norm="shared", gate=True))],
+}
+# folder: (layer type, layers, closed form arguments, a word of the reason the count is withheld)
+WITHHELD = {
+    "bloom": ("full_attention", 70, dict(d=14336, h=112, g=112, dk=128, bias="qkvo"), "ALiBi"),
+    "mpt-7b": ("full_attention", 32, dict(d=4096, h=32, g=32, dk=128), "ALiBi"),
+    "persimmon-8b": ("full_attention", 36, dict(d=4096, h=64, g=64, dk=64, r=32, bias="qkvo"), "LayerNorm"),
+    "t5-base": ("encoder_self_attention", 12, dict(d=768, h=12, g=12, dk=64), "relative position bias"),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(COUNTED))
+def test_a_published_config_is_counted_as_the_closed_form_says(folder: str) -> None:
+    result = model_count(FIXTURES / folder)
+    counted = [g for g in result.groups if g.attention]
+    assert [(g.kind, g.layers) for g in counted] == [(kind, n) for kind, n, _ in COUNTED[folder]]
+    for group, (_, _, shape) in zip(counted, COUNTED[folder]):
+        assert (group.total, group.unidentified) == closed_form(**shape), group.description
+    assert result.unidentified == sum(n * closed_form(**shape)[1] for _, n, shape in COUNTED[folder])
+    assert not [i for i in result.ignored if i.why.startswith("not read")], result.ignored
+
+
+@pytest.mark.parametrize("folder", sorted(WITHHELD))
+def test_attention_outside_the_theory_is_named_and_its_parameters_counted(folder: str) -> None:
+    kind, layers, shape, reason = WITHHELD[folder]
+    group = next(g for g in model_count(FIXTURES / folder).groups if g.kind == kind)
+    assert group.layers == layers and group.total == closed_form(**shape)[0]
+    assert group.unidentified is None and reason in group.note
+
+
+def test_qwen3_next_counts_its_gated_layers_and_names_the_linear_ones() -> None:
+    groups = {g.kind: g for g in model_count(FIXTURES / "qwen3-next-80b-a3b").groups}
+    assert groups["linear_attention"].layers == 36 and not groups["linear_attention"].attention
+    assert "DeltaNet" in groups["linear_attention"].note
+    assert groups["full_attention"].spec.gate == "elementwise" and groups["full_attention"].weakly_identified == 16 + 2
+
+
+def test_t5_s_decoder_and_cross_attention_layers() -> None:
+    groups = {g.kind: g for g in model_count(FIXTURES / "t5-base").groups}
+    assert groups["decoder_self_attention"].layers == 12 and groups["decoder_self_attention"].spec.causal
+    assert groups["cross_attention"].layers == 12 and not groups["cross_attention"].attention
+
+
+def test_a_disagreeing_duplicate_field_is_refused() -> None:
+    import json
+
+    data = json.loads((FIXTURES / "stablelm-3b-4e1t" / "config.json").read_text())
+    from attnid.hfconfig import count_config
+
+    with pytest.raises(ValueError, match="'num_heads' is 16 but num_attention_heads is 32"):
+        count_config({**data, "num_heads": 16})
