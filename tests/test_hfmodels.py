@@ -116,3 +116,42 @@ def test_a_disagreeing_duplicate_field_is_refused() -> None:
 
     with pytest.raises(ValueError, match="'num_heads' is 16 but num_attention_heads is 32"):
         count_config({**data, "num_heads": 16})
+
+
+# model_type -> the transformers configuration class whose defaults (as to_dict writes them) the mapper must read
+TRANSFORMERS_DEFAULTS = {
+    "mixtral": "MixtralConfig", "qwen2_moe": "Qwen2MoeConfig", "qwen3_moe": "Qwen3MoeConfig", "phi3": "Phi3Config",
+    "gpt_bigcode": "GPTBigCodeConfig", "gptj": "GPTJConfig", "granite": "GraniteConfig", "granitemoe": "GraniteMoeConfig",
+    "stablelm": "StableLmConfig", "starcoder2": "Starcoder2Config", "olmo": "OlmoConfig", "olmoe": "OlmoeConfig",
+    "glm": "GlmConfig", "glm4": "Glm4Config", "exaone4": "Exaone4Config", "nemotron": "NemotronConfig",
+    "cohere": "CohereConfig", "cohere2": "Cohere2Config", "persimmon": "PersimmonConfig", "jamba": "JambaConfig",
+    "bloom": "BloomConfig", "mpt": "MptConfig", "t5": "T5Config", "qwen3_next": "Qwen3NextConfig",
+    "internlm3": "InternLM3Config", "exaone": "ExaoneConfig", "opt": "OPTConfig", "gpt_neo": "GPTNeoConfig",
+    "codegen": "CodeGenConfig", "dbrx": "DbrxConfig", "smollm3": "SmolLM3Config", "olmo3": "Olmo3Config",
+    "phimoe": "PhimoeConfig", "ernie4_5": "Ernie4_5Config", "seed_oss": "SeedOssConfig", "arcee": "ArceeConfig",
+    "apertus": "ApertusConfig", "xglm": "XGLMConfig", "helium": "HeliumConfig", "llava": "LlavaConfig",
+    "mistral3": "Mistral3Config", "qwen2_vl": "Qwen2VLConfig", "qwen2_5_vl": "Qwen2_5_VLConfig",
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_DEFAULTS))
+def test_the_mapper_reads_the_configuration_transformers_writes(model_type: str) -> None:
+    import json
+    import math
+    import warnings
+
+    transformers = pytest.importorskip("transformers")
+    from attnid import families
+    from attnid.hfconfig import count_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = getattr(transformers, TRANSFORMERS_DEFAULTS[model_type])().to_dict()
+    result = count_config(json.loads(json.dumps({**data, "model_type": model_type})), model_type)
+    assert not [i.field for i in result.ignored if i.why.startswith("not read")]
+    counted = [g for g in result.groups if g.attention]
+    assert counted and sum(g.layers for g in result.groups) == result.layers
+    for g in counted:
+        assert g.total == sum(math.prod(s) for s in families.parameter_shapes(g.spec).values())
+        if g.unidentified is not None:
+            assert g.unidentified == families.count(g.spec).unidentified

@@ -318,6 +318,8 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
         wrapped = data[inner]
         data = {**wrapped, "model_type": wrapped.get("model_type", model_type)}
         where = f"{where} ({inner})"
+        if data["model_type"] in MAPPERS:  # the language model's own mapper (LLaVA's Llama, Fuyu's Persimmon)
+            model_type = data["model_type"]
     cfg = Config(data, where)
     cfg.read.add("model_type")
     groups = MAPPERS[model_type](cfg)

@@ -381,6 +381,141 @@ def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
     return group_layers(kinds, make)
 
 
+def map_opt(cfg: Config) -> list[LayerGroup]:
+    """OPT: multi-head attention with learned positions, biases on every projection per enable_bias (default true)."""
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_attention_heads")
+    n = cfg.layers()
+    cfg.mark_read("do_layer_norm_before", "_remove_final_layer_norm", "layer_norm_elementwise_affine")
+    spec = _spec(cfg, d_model=d, heads=h, bias=_bias_all(cfg, "enable_bias", True), causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec)]
+
+
+def map_gpt_neo(cfg: Config) -> list[LayerGroup]:
+    """GPT-Neo: global and local (window_size keys) layers per attention_layers, learned positions, a bias on the output
+    projection only, and no score scaling (a constant factor no count depends on)."""
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_heads", None, "num_attention_heads")
+    n = cfg.layers()
+    types = cfg.value("attention_layers", None)
+    if not isinstance(types, list) or len(types) != n or any(t not in ("global", "local") for t in types):
+        raise cfg._fail("attention_layers", f"must list 'global' or 'local' for each of the {n} layers")
+    window = cfg.integer("window_size", 256)
+    cfg.mark_read("attention_types")  # the run-length form of attention_layers
+
+    def make(kind: str) -> Any:
+        return _spec(cfg, d_model=d, heads=h, bias="o", causal=True, window=window if kind == "local" else None)
+
+    return group_layers(["sliding_attention" if t == "local" else "full_attention" for t in types],
+                        lambda kind: make("local" if kind == "sliding_attention" else "global"))
+
+
+def map_dbrx(cfg: Config) -> list[LayerGroup]:
+    """DBRX: GQA (attn_config.kv_n_heads) with RoPE (attn_config.rope_theta), no biases; clip_qkv is not covered."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("n_heads", None, "num_attention_heads")
+    n = cfg.integer("n_layers", None, "num_hidden_layers")
+    attn = cfg.value("attn_config", {})
+    if not isinstance(attn, dict):
+        raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
+    kv = attn.get("kv_n_heads", 1)
+    base = float(attn.get("rope_theta", rope_base(cfg, 10000.0)))
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, rope_fraction=1.0, rope_base=base, causal=True)
+    clip = attn.get("clip_qkv")
+    cfg.mark_read("max_seq_len", "ffn_config", "num_key_value_heads")  # transformers copies kv_n_heads there
+    note = f"{CLIP_QKV} (clip_qkv {_shown(clip)})" if clip is not None else ""
+    return [LayerGroup.from_layout("full_attention", n, spec, note=note)]
+
+
+def map_smollm3(cfg: Config) -> list[LayerGroup]:
+    """SmolLM3: GQA; RoPE on the layers no_rope_layers marks 1, none on those it marks 0 (every no_rope_layer_interval-th)."""
+    d, h, kv, dk = _heads(cfg)
+    n = cfg.layers()
+    interval = cfg.integer("no_rope_layer_interval", 4)
+    uses = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(uses, list) or len(uses) != n or any(v not in (0, 1) for v in uses):
+        raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
+    window = cfg.flag("use_sliding_window", False)
+    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if window else "full_attention")
+    if not window:
+        cfg.mark_read("sliding_window")
+    base, bias = rope_base(cfg), _bias_all(cfg)
+
+    def make(label: str) -> Any:
+        kind, rope = label.split(" ")[0], "(no RoPE)" not in label
+        if kind not in LAYER_KINDS:
+            return _unknown_kind(kind)
+        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias,
+                     rope_fraction=1.0 if rope else 0.0, rope_base=base, causal=True, window=_window(cfg, kind))
+
+    return group_layers([f"{k}{'' if u else ' (no RoPE)'}" for k, u in zip(kinds, uses)], make)
+
+
+def map_olmo3(cfg: Config) -> list[LayerGroup]:
+    """OLMo 3: sliding and full layers (layer_types; 3 sliding to 1 full otherwise), a QK-norm over the whole width."""
+    n = cfg.layers()
+    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % 4 == 0 else "sliding_attention")
+    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-6, kinds=kinds)
+
+
+def map_phimoe(cfg: Config) -> list[LayerGroup]:
+    """Phi-3.5-MoE (phimoe): GQA with RoPE, biases on every projection per attention_bias, a window on every layer
+    when given."""
+    cfg.mark_read("original_max_position_embeddings", "lm_head_bias", "input_jitter_noise")
+    return _decoder(cfg, bias=_bias_all(cfg), kinds=_all_or_sliding(cfg))
+
+
+def map_ernie4_5(cfg: Config) -> list[LayerGroup]:
+    """ERNIE 4.5: GQA with RoPE (interleaved pairs, a permutation), biases on every projection per use_bias."""
+    return _decoder(cfg, bias=_bias_all(cfg, "use_bias", False))
+
+
+def map_seed_oss(cfg: Config) -> list[LayerGroup]:
+    """Seed-OSS: GQA with RoPE, biases on q, k, v per attention_bias and on o per attention_out_bias."""
+    bias = ("qkv" if cfg.flag("attention_bias", True) else "") + ("o" if cfg.flag("attention_out_bias", False) else "")
+    return _decoder(cfg, bias=bias or "none")
+
+
+def map_apertus(cfg: Config) -> list[LayerGroup]:
+    """Apertus: GQA with RoPE and a QK-norm per head with one weight for all heads (as Qwen3)."""
+    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", eps_default=1e-5)
+
+
+def map_xglm(cfg: Config) -> list[LayerGroup]:
+    """XGLM: multi-head attention with sinusoidal positions and biases on every projection."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("attention_heads", None, "num_attention_heads")
+    n = cfg.layers()
+    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec), *_cross_attention(cfg, n)]
+
+
+def map_llama_like(cfg: Config) -> list[LayerGroup]:
+    """Arcee (AFM), Helium: Llama's attention (GQA, RoPE, biases per attention_bias, head_dim when given)."""
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
+def map_qwen2_vl(cfg: Config) -> list[LayerGroup]:
+    """Qwen2-VL, Qwen2.5-VL (their language model): Qwen2's attention with multimodal RoPE, whose three position
+    axes coincide on text tokens (biases on q, k, v)."""
+    if cfg.has("rope_scaling"):
+        cfg.ignore("rope_scaling", "multimodal RoPE (mrope_section) gives image tokens separate position axes; on "
+                   "text they coincide and the rotation is the ordinary one")
+    return _decoder(cfg, bias="qkv", kinds=_qwen_kinds(cfg, cfg.layers()))
+
+
+def map_wrapper(cfg: Config) -> list[LayerGroup]:
+    """A multimodal configuration (LLaVA, Mistral 3) whose text_config names a model type without a mapper."""
+    inner = cfg.raw.get("model_type")
+    raise ValueError(f"{cfg.where}: the language model's model_type {_shown(inner)} is not supported")
+
+
+def map_minicpm(cfg: Config) -> list[LayerGroup]:
+    """MiniCPM (1, 2): Llama's attention; scale_emb, dim_model_base and scale_depth scale embeddings and residuals."""
+    cfg.mark_read("scale_emb", "dim_model_base", "scale_depth")
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
 for _type, _mapper in {
     "mixtral": map_mixtral, "qwen2_moe": map_qwen2_moe, "qwen3_moe": map_qwen3_moe, "phi3": map_phi3,
     "gpt_bigcode": map_gpt_bigcode, "gptj": map_gptj, "granite": map_granite, "granitemoe": map_granite,
@@ -390,8 +525,14 @@ for _type, _mapper in {
     "glm4_moe": map_glm4_moe, "exaone": map_exaone, "exaone4": map_exaone4, "nemotron": map_nemotron,
     "cohere": map_cohere, "cohere2": map_cohere2, "persimmon": map_persimmon, "fuyu": map_persimmon,
     "jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5, "umt5": map_t5,
-    "qwen3_next": map_qwen3_next,
+    "qwen3_next": map_qwen3_next, "opt": map_opt, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
+    "smollm3": map_smollm3, "olmo3": map_olmo3, "phimoe": map_phimoe, "ernie4_5": map_ernie4_5,
+    "seed_oss": map_seed_oss, "apertus": map_apertus, "arcee": map_llama_like, "helium": map_llama_like,
+    "xglm": map_xglm, "minicpm": map_minicpm, "qwen2_vl": map_qwen2_vl, "qwen2_5_vl": map_qwen2_vl,
+    "qwen2_vl_text": map_qwen2_vl, "qwen2_5_vl_text": map_qwen2_vl, "llava": map_wrapper, "llava_next": map_wrapper,
+    "mistral3": map_wrapper,
 }.items():
     register(_type, _mapper)
 
-WRAPPERS.update({"fuyu": "text_config"})
+WRAPPERS.update({"fuyu": "text_config", "llava": "text_config", "mistral3": "text_config", "qwen2_vl": "text_config",
+                 "qwen2_5_vl": "text_config", "llava_next": "text_config"})

@@ -39,7 +39,7 @@ SILENT = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop", "ma
           # attention implementations and dropouts: how the same function is computed or trained
           "attn_implementation", "_attn_implementation", "use_flash_attn", "attn_dropout_prob", "softmax_in_fp32",
           "masked_softmax_fusion", "bias_dropout_fusion", "use_cache_quantization", "use_cache_kernel",
-          "routed_scaling_factor", "pad_key_length", "pre_allocate_kv_cache", "norm_type")
+          "routed_scaling_factor", "decoder_start_token_id", "pad_key_length", "pre_allocate_kv_cache", "norm_type")
 LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
