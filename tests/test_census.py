@@ -176,3 +176,27 @@ def test_malformed_modern_fields(extra: dict, message: str) -> None:
     entry = {"d_model": 8, "heads": 2, "kv_heads": 2, "head_dim": 4, "layers": 2, **extra}
     with pytest.raises(ValueError, match=f"layout 'm'.*{message}"):
         parse_layout("m", entry)
+
+
+def test_gated_alibi_and_relative_bias_rows() -> None:
+    from attnid import gated
+
+    rows = {row.layout.key: row.record() for row in census(load_layouts())}
+    qwen = next(lay for lay in load_layouts() if lay.key == "qwen3-next-80b")
+    assert isinstance(qwen.layout, gated.GatedSpec) and qwen.layout.gate == "elementwise"
+    assert rows["qwen3-next-80b"]["unidentified_per_layer"] == gated.count(qwen.layout).unidentified
+    assert rows["qwen3-next-80b"]["unidentified_all_layers"] == 12 * gated.count(qwen.layout).unidentified
+    assert rows["bloom"]["ratio"] is None and "alibi" in rows["bloom"]["uncovered"]
+    assert rows["t5-small"]["ratio"] is None and "relative_position_bias" in rows["t5-small"]["uncovered"]
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("    output_gate: scalar\n", "field .output_gate.: must be one of none, elementwise, headwise"),
+    ("    gate_bias: true\n", "field .gate_bias.: needs an output_gate"),
+    ("    output_gate: headwise\n    gate_bias: 1\n", "field .gate_bias.: must be true or false"),
+])
+def test_bad_gate_fields_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    user = tmp_path / "mine.yaml"
+    user.write_text("models:\n  tiny:\n    d_model: 8\n    heads: 2\n    kv_heads: 1\n    head_dim: 4\n    layers: 2\n" + extra)
+    with pytest.raises(ValueError, match=message):
+        load_layouts(user)

@@ -34,6 +34,7 @@ import yaml
 from . import families
 from .counts import Count, count
 from .fields import FIELDS, rope_columns
+from .gated import GatedSpec
 from .layout import Layout
 from .mla import HF_LATENT_NORM_EPS, MLASpec
 from .normalise import NORMS
@@ -45,7 +46,7 @@ DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
 OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "qk_norm",
             "qk_norm_eps", "window", "window_layers", "chunk", "chunk_layers", "uncovered", "notes", "source",
-            "transformers_check", "mla")
+            "transformers_check", "mla", "output_gate", "gate_bias")
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
@@ -54,7 +55,12 @@ UNCOVERED = {
                        "(windows of 3 or more keys change no count, chapter 8)"),
     "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
                           "which bends them; no theorem here covers it"),
+    "alibi": ("not covered: ALiBi adds a fixed linear position bias per head to the scores (BLOOM, MPT); no theorem "
+              "here treats it"),
+    "relative_position_bias": ("not covered: a learned bias per head and relative-position bucket is added to the "
+                               "scores, which are not scaled (T5); no theorem here treats it"),
 }
+GATES = ("none", "elementwise", "headwise")  # output gates (attnid.gated): none, one per value coordinate, one per head
 
 MAX_FILE_BYTES = 2**20
 """Layout files larger than this are refused before parsing. The shipped file (20 models, with notes and sources) is
@@ -81,11 +87,16 @@ class ModelEntry:
     mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.mla, ``spec`` is the same-width MHA
     masked_layers: int = 0
     """How many of the layers use ``spec``'s window or chunks; the others attend to every earlier token."""
+    gate: str = "none"  # an output gate (attnid.gated) on ``spec``'s heads: none, elementwise or headwise
+    gate_bias: bool = False
 
     @property
     def layout(self) -> Layout:
-        """The layout that is counted, of its own family: ``mla`` for latent attention, else ``spec``."""
-        return self.spec if self.mla is None else self.mla
+        """The layout that is counted, of its own family: ``mla`` for latent attention, ``spec`` with its output
+        gate (``attnid.gated``), else ``spec``."""
+        if self.mla is not None:
+            return self.mla
+        return self.spec if self.gate == "none" else GatedSpec(self.spec, self.gate, self.gate_bias)
 
     def layer_specs(self) -> list[tuple[int, AttentionSpec]]:
         """(layers, layout) per layer type: the masked layers and, if any, the rest without the window or chunks."""
@@ -268,6 +279,21 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         _check_transformers_check(entry["transformers_check"], lambda m: fail("transformers_check", m))
     if "mla" in entry:
         _mla_spec(entry, lambda m: fail("mla", m))
+    _check_gate(entry, fail)
+
+
+def _check_gate(entry: dict, fail: Any) -> None:
+    """output_gate (none, elementwise, headwise) and gate_bias (a bool that needs a gate); no gate on latent attention."""
+    gate = entry.get("output_gate", "none")
+    if not isinstance(gate, str) or gate not in GATES:
+        raise fail("output_gate", f"must be one of {', '.join(GATES)}, got {_show(gate)}")
+    if "gate_bias" in entry:
+        if not isinstance(entry["gate_bias"], bool):
+            raise fail("gate_bias", f"must be true or false (a YAML bool), got {_show(entry['gate_bias'])}")
+        if gate == "none":
+            raise fail("gate_bias", "needs an output_gate")
+    if gate != "none" and "mla" in entry:
+        raise fail("output_gate", "is not read for multi-head latent attention (no gated latent layout is counted)")
 
 
 def _check_modern_fields(entry: dict, fail: Any) -> None:
@@ -348,7 +374,7 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
                   str(entry.get("notes", "")), str(entry.get("source", "")),
                   dict(entry.get("transformers_check", {}) or {}),
                   _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None,
-                  masked or 0)
+                  masked or 0, entry.get("output_gate", "none"), entry.get("gate_bias", False))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -469,7 +495,7 @@ class CensusRow:
 
     def record(self) -> dict[str, Any]:
         c, layers = self.count, self.layout.layers
-        per_type = ([(layers, c)] if self.layout.mla is not None
+        per_type = ([(layers, c)] if self.layout.mla is not None or self.layout.gate != "none"
                     else [(n, count(spec)) for n, spec in self.layout.layer_specs()])
         covered = self.layout.covered and all(t.covered for _, t in per_type)
         spec = self.layout.spec
