@@ -28,9 +28,9 @@ from typing import Any
 
 from . import families, hfmodels  # noqa: F401  (hfmodels registers the mappers of further model types)
 from .hfread import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, ROPE_SCALING_WHY, SILENT,
-                     WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds,
-                     _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
-                     rope_fraction, supported_types)
+                     WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder,
+                     _heads, _qwen_kinds, _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds,
+                     register, rope_base, rope_fraction, rope_layers, supported_types)
 from .spec import AttentionSpec
 
 __all__ = ["ATTENTION_WORDS", "CONFIG_FIELDS", "LAYER_KINDS", "MAPPERS", "MAX_CONFIG_BYTES", "ROPE_SCALING_WHY",
@@ -130,10 +130,7 @@ def map_llama4(cfg: Config) -> list[LayerGroup]:
     """
     d, h, kv, dk = _heads(cfg)
     n = cfg.layers()
-    interval = cfg.integer("no_rope_layer_interval", 4)
-    uses_rope = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
-    if not isinstance(uses_rope, list) or len(uses_rope) != n or any(v not in (0, 1) for v in uses_rope):
-        raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
+    uses_rope = rope_layers(cfg, n)
     chunk = cfg.integer("attention_chunk_size") if cfg.has("attention_chunk_size") else None
     cfg.mark_read("attention_chunk_size")
     kinds = layer_kinds(cfg, n, lambda i: "chunked_attention" if uses_rope[i] and chunk is not None else "full_attention")

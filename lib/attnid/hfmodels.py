@@ -14,7 +14,7 @@ from typing import Any
 from .gated import GatedSpec
 from .hfread import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
                      _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
-                     rope_fraction)
+                     rope_fraction, rope_layers)
 
 ALIBI = "not covered: ALiBi adds a fixed linear position bias per head to the scores, which no theorem here treats"
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
@@ -309,15 +309,21 @@ def map_bloom(cfg: Config) -> list[LayerGroup]:
     return [LayerGroup.from_layout("full_attention", n, spec, note=ALIBI)]
 
 
-def map_mpt(cfg: Config) -> list[LayerGroup]:
-    """MPT: multi-head attention, no biases (no_bias), ALiBi or learned positions (attn_config); clip_qkv and qk_ln
-    are not covered."""
+def _mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
+    """(d_model, n_heads, n_layers, attn_config) of MosaicML's configurations (MPT, DBRX)."""
     d = cfg.integer("d_model", None, "hidden_size")
     h = cfg.integer("n_heads", None, "num_attention_heads")
     n = cfg.integer("n_layers", None, "num_hidden_layers")
     attn = cfg.value("attn_config", {})
     if not isinstance(attn, dict):
         raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
+    return d, h, n, attn
+
+
+def map_mpt(cfg: Config) -> list[LayerGroup]:
+    """MPT: multi-head attention, no biases (no_bias), ALiBi or learned positions (attn_config); clip_qkv and qk_ln
+    are not covered."""
+    d, h, n, attn = _mosaic(cfg)
     kind = attn.get("attn_type", "multihead_attention")
     if kind not in ("multihead_attention", "multiquery_attention", "grouped_query_attention"):
         raise ValueError(f"{cfg.where}: attn_config.attn_type {_shown(kind)} is not an attention this tool reads")
@@ -412,12 +418,7 @@ def map_gpt_neo(cfg: Config) -> list[LayerGroup]:
 
 def map_dbrx(cfg: Config) -> list[LayerGroup]:
     """DBRX: GQA (attn_config.kv_n_heads) with RoPE (attn_config.rope_theta), no biases; clip_qkv is not covered."""
-    d = cfg.integer("d_model", None, "hidden_size")
-    h = cfg.integer("n_heads", None, "num_attention_heads")
-    n = cfg.integer("n_layers", None, "num_hidden_layers")
-    attn = cfg.value("attn_config", {})
-    if not isinstance(attn, dict):
-        raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
+    d, h, n, attn = _mosaic(cfg)
     kv = attn.get("kv_n_heads", 1)
     base = float(attn.get("rope_theta", rope_base(cfg, 10000.0)))
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, rope_fraction=1.0, rope_base=base, causal=True)
@@ -431,10 +432,7 @@ def map_smollm3(cfg: Config) -> list[LayerGroup]:
     """SmolLM3: GQA; RoPE on the layers no_rope_layers marks 1, none on those it marks 0 (every no_rope_layer_interval-th)."""
     d, h, kv, dk = _heads(cfg)
     n = cfg.layers()
-    interval = cfg.integer("no_rope_layer_interval", 4)
-    uses = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
-    if not isinstance(uses, list) or len(uses) != n or any(v not in (0, 1) for v in uses):
-        raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
+    uses = rope_layers(cfg, n)
     window = cfg.flag("use_sliding_window", False)
     kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if window else "full_attention")
     if not window:

@@ -452,3 +452,13 @@ def _cross_attention(cfg: Config, n: int) -> list[LayerGroup]:
         return []
     return [LayerGroup.not_counted("cross_attention", n, "cross-attention to an encoder's output: its keys and values "
                                                          "come from another sequence, which no theorem here covers")]
+
+
+def rope_layers(cfg: Config, n: int) -> list[int]:
+    """Per layer 1 with RoPE, 0 without: no_rope_layers (Llama 4, SmolLM3), else every no_rope_layer_interval-th
+    layer (default 4) without."""
+    interval = cfg.integer("no_rope_layer_interval", 4)
+    uses = cfg.value("no_rope_layers", None) or [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(uses, list) or len(uses) != n or any(v not in (0, 1) for v in uses):
+        raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
+    return uses
