@@ -160,3 +160,14 @@ def gate_layout(d_model: int, heads: int, gate: str) -> Any:
 
     base = AttentionSpec.create(d_model, heads)
     return base if gate == "none" else GatedSpec(base, gate)
+
+
+def alibi(d_model: int) -> list[Any]:
+    """Chapter 7b: ALiBi on MHA, GQA and MQA, bare and with biases, causal and bidirectional, a window, d_k > d."""
+    from attnid.alibi import AlibiSpec
+
+    layouts = [dict(heads=2, causal=True), dict(heads=4, bias="qkvo", causal=True),
+               dict(heads=4, kv_heads=2, bias="qkv", causal=True), dict(heads=4, kv_heads=1, bias="kv", causal=True),
+               dict(heads=2, bias="qkvo"), dict(heads=2, bias="qkvo", causal=True, window=3),
+               dict(heads=1, head_dim=d_model + 2, v_head_dim=2, bias="qk", causal=True)]
+    return [AlibiSpec(AttentionSpec.create(d_model // 2 if "head_dim" in extra else d_model, **extra)) for extra in layouts]

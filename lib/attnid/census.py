@@ -34,6 +34,7 @@ import yaml
 from . import families
 from .counts import Count, count
 from .fields import FIELDS, rope_columns
+from .alibi import AlibiSpec
 from .gated import GatedSpec
 from .layout import Layout
 from .mla import HF_LATENT_NORM_EPS, MLASpec
@@ -46,7 +47,7 @@ DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
 OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "qk_norm",
             "qk_norm_eps", "window", "window_layers", "chunk", "chunk_layers", "uncovered", "notes", "source",
-            "transformers_check", "mla", "output_gate", "gate_bias")
+            "transformers_check", "mla", "output_gate", "gate_bias", "alibi")
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
@@ -55,8 +56,6 @@ UNCOVERED = {
                        "(windows of 3 or more keys change no count, chapter 8)"),
     "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
                           "which bends them; no theorem here covers it"),
-    "alibi": ("not covered: ALiBi adds a fixed linear position bias per head to the scores (BLOOM, MPT); no theorem "
-              "here treats it"),
     "relative_position_bias": ("not covered: a learned bias per head and relative-position bucket is added to the "
                                "scores, which are not scaled (T5); no theorem here treats it"),
 }
@@ -89,6 +88,7 @@ class ModelEntry:
     """How many of the layers use ``spec``'s window or chunks; the others attend to every earlier token."""
     gate: str = "none"  # an output gate (attnid.gated) on ``spec``'s heads: none, elementwise or headwise
     gate_bias: bool = False
+    alibi: bool = False  # ALiBi position biases on the scores (attnid.alibi; the layout has no RoPE)
 
     @property
     def layout(self) -> Layout:
@@ -96,6 +96,8 @@ class ModelEntry:
         gate (``attnid.gated``), else ``spec``."""
         if self.mla is not None:
             return self.mla
+        if self.alibi:
+            return AlibiSpec(self.spec)
         return self.spec if self.gate == "none" else GatedSpec(self.spec, self.gate, self.gate_bias)
 
     def layer_specs(self) -> list[tuple[int, AttentionSpec]]:
@@ -294,6 +296,12 @@ def _check_gate(entry: dict, fail: Any) -> None:
             raise fail("gate_bias", "needs an output_gate")
     if gate != "none" and "mla" in entry:
         raise fail("output_gate", "is not read for multi-head latent attention (no gated latent layout is counted)")
+    if "alibi" in entry:
+        if not isinstance(entry["alibi"], bool):
+            raise fail("alibi", f"must be true or false (a YAML bool), got {_show(entry['alibi'])}")
+        if entry["alibi"] and (entry.get("rope_fraction", 0.0) or gate != "none" or "mla" in entry
+                               or entry.get("qk_norm", "none") != "none"):
+            raise fail("alibi", "replaces RoPE: give rope_fraction 0, and no qk_norm, output_gate or mla block")
 
 
 def _check_modern_fields(entry: dict, fail: Any) -> None:
@@ -374,7 +382,7 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
                   str(entry.get("notes", "")), str(entry.get("source", "")),
                   dict(entry.get("transformers_check", {}) or {}),
                   _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None,
-                  masked or 0, entry.get("output_gate", "none"), entry.get("gate_bias", False))
+                  masked or 0, entry.get("output_gate", "none"), entry.get("gate_bias", False), entry.get("alibi", False))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -495,7 +503,7 @@ class CensusRow:
 
     def record(self) -> dict[str, Any]:
         c, layers = self.count, self.layout.layers
-        per_type = ([(layers, c)] if self.layout.mla is not None or self.layout.gate != "none"
+        per_type = ([(layers, c)] if self.layout.mla is not None or self.layout.gate != "none" or self.layout.alibi
                     else [(n, count(spec)) for n, spec in self.layout.layer_specs()])
         covered = self.layout.covered and all(t.covered for _, t in per_type)
         spec = self.layout.spec

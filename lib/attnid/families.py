@@ -11,13 +11,14 @@ from typing import Any
 
 import torch
 
-from . import gated, mha, mla
+from . import alibi, gated, mha, mla
 from .layout import Count, Family, Layout, Params
 
 LAYOUT_FAMILIES: tuple[Family, ...] = (
     mha.FAMILY,  # AttentionSpec: MHA, GQA, MQA, biases, RoPE, sinks, sigmoid, QK-norm, windows and chunks
     mla.FAMILY,  # MLASpec: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
     gated.FAMILY,  # GatedSpec: a multi-head layout with a sigmoid output gate per head or per value coordinate
+    alibi.FAMILY,  # AlibiSpec: a multi-head layout without RoPE and with ALiBi's fixed position biases
 )
 
 
@@ -31,7 +32,7 @@ def family_of(layout: Any) -> Family:
 
 
 def family_named(name: str) -> Family:
-    """The family called ``name`` ('multi-head', 'latent', 'output-gated')."""
+    """The family called ``name`` ('multi-head', 'latent', 'output-gated', 'alibi')."""
     for family in LAYOUT_FAMILIES:
         if family.name == name:
             return family

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import families, hfmodels  # noqa: F401  (hfmodels registers the mappers of further model types)
+from .alibi import AlibiSpec
 from .hfread import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, ROPE_SCALING_WHY, SILENT,
                      WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder,
                      _heads, _qwen_kinds, _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds,
@@ -189,7 +190,7 @@ def map_gpt_neox(cfg: Config) -> list[LayerGroup]:
 
 def map_falcon(cfg: Config) -> list[LayerGroup]:
     """Falcon: multi-query (7B), grouped (new_decoder_architecture, and the original 40B code of model_type
-    RefinedWeb, which always builds n_head_kv groups), or ALiBi (not covered)."""
+    RefinedWeb, which always builds n_head_kv groups), with RoPE or ALiBi (``attnid.alibi``)."""
     d = cfg.integer("hidden_size", None, "n_embd")
     h = cfg.integer("num_attention_heads", None, "n_head")
     n = cfg.layers()
@@ -201,9 +202,7 @@ def map_falcon(cfg: Config) -> list[LayerGroup]:
     bias = _bias_all(cfg, "bias", False)
     if cfg.flag("alibi", False):
         spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias=bias, causal=True)
-        group = LayerGroup.from_layout("full_attention", n, spec, note="not covered: ALiBi adds a per-head linear "
-                                                                      "position bias to the scores")
-        return [group]
+        return [LayerGroup.from_layout("full_attention", n, AlibiSpec(spec))]
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias=bias, rope_fraction=1.0, rope_base=rope_base(cfg),
                  causal=True)
     return [LayerGroup.from_layout("full_attention", n, spec)]

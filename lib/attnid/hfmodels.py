@@ -2,7 +2,7 @@
 
 Each mapper reads the fields its model type's attention uses (named in its docstring, with the
 transformers module or the published modelling code it follows) and withholds a count, with a
-one-line reason, where the attention has a feature no theorem of the book covers: ALiBi, T5's
+one-line reason, where the attention has a feature no theorem of the book covers: T5's
 relative position buckets, a LayerNorm or clipping on the queries and keys, linear attention.
 Mixture-of-experts routing fields never change an attention layer and are read silently.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .alibi import AlibiSpec
 from .gated import GatedSpec
 from .hfread import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
                      _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
                      rope_fraction, rope_layers)
 
-ALIBI = "not covered: ALiBi adds a fixed linear position bias per head to the scores, which no theorem here treats"
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
                 "RMSNorm of chapter 7b")
 CLIP_QKV = "not covered: clip_qkv clamps the queries, keys and values, which bends the layer off the theory"
@@ -300,13 +300,13 @@ def map_jamba(cfg: Config) -> list[LayerGroup]:
 
 
 def map_bloom(cfg: Config) -> list[LayerGroup]:
-    """BLOOM: multi-head attention with biases everywhere and ALiBi (not covered); parameters counted."""
+    """BLOOM: multi-head attention with biases everywhere and ALiBi (``attnid.alibi``)."""
     d = cfg.integer("hidden_size", None, "n_embed")
     h = cfg.integer("n_head", None, "num_attention_heads")
     n = cfg.layers()
     spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
     cfg.mark_read("skip_bias_add", "skip_bias_add_qkv", "offset_alibi", "slow_but_exact")  # Megatron-DeepSpeed switches
-    return [LayerGroup.from_layout("full_attention", n, spec, note=ALIBI)]
+    return [LayerGroup.from_layout("full_attention", n, AlibiSpec(spec))]
 
 
 def _mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
@@ -321,8 +321,8 @@ def _mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
 
 
 def map_mpt(cfg: Config) -> list[LayerGroup]:
-    """MPT: multi-head attention, no biases (no_bias), ALiBi or learned positions (attn_config); clip_qkv and qk_ln
-    are not covered."""
+    """MPT: multi-head attention, no biases (no_bias), ALiBi (``attnid.alibi``) or learned positions (attn_config);
+    clip_qkv and qk_ln are not covered."""
     d, h, n, attn = _mosaic(cfg)
     kind = attn.get("attn_type", "multihead_attention")
     if kind not in ("multihead_attention", "multiquery_attention", "grouped_query_attention"):
@@ -330,10 +330,10 @@ def map_mpt(cfg: Config) -> list[LayerGroup]:
     kv = {"multihead_attention": h, "multiquery_attention": 1}.get(kind, attn.get("kv_n_heads", h))
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias="none" if cfg.flag("no_bias", True) else "qkvo",
                  causal=not attn.get("prefix_lm", False))
-    note = (ALIBI if attn.get("alibi", False) else CLIP_QKV if attn.get("clip_qkv") is not None
-            else QK_LAYERNORM if attn.get("qk_ln", False) else "")
+    note = (CLIP_QKV if attn.get("clip_qkv") is not None else QK_LAYERNORM if attn.get("qk_ln", False) else "")
     cfg.mark_read("learned_pos_emb", "max_seq_len", "norm_type")
-    return [LayerGroup.from_layout("full_attention", n, spec, note=note)]
+    layout = AlibiSpec(spec) if attn.get("alibi", False) else spec
+    return [LayerGroup.from_layout("full_attention", n, layout, note=note)]
 
 
 def map_t5(cfg: Config) -> list[LayerGroup]:
