@@ -351,8 +351,12 @@ def _config_lines(m: Any) -> list[str]:
         if g.note:
             lines.append(f"    {g.note}")
     counted = sum(g.layers for g in m.counted)
-    whole = "n/a (a layer type has no exact count)" if m.unidentified is None else (
-        f"{m.unidentified:,} (ratio {m.ratio:.6g})")
+    if not m.counted:
+        whole = "n/a (no layer of a type this tool counts)"
+    elif m.unidentified is None:
+        whole = "n/a (a layer type has no exact count)"
+    else:
+        whole = f"{m.unidentified:,} (ratio {m.ratio:.6g})"
     lines.append(f"whole model ({counted} attention layers): parameters {m.total:,}, unidentified {whole}")
     if m.weakly_identified:
         lines.append(f"  weakly identified {m.weakly_identified:,}")
@@ -421,7 +425,10 @@ def _run(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Verificat
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec | GatedSpec) -> int:
     """Refuse a layout whose estimated peak memory exceeds --max-memory, else verify it (exit 3 if memory runs out)."""
     limit = default_max_memory() if args.max_memory is None else args.max_memory
-    estimate = _estimate(spec, args)
+    try:
+        estimate = _estimate(spec, args)
+    except (ValueError, TypeError) as exc:  # the layout and --seq-len together (e.g. RoPE, causal, 2 tokens)
+        parser.exit(EXIT_USAGE, f"attnid verify: error: {_one_line(exc)}\n")
     if estimate.bytes > limit:
         parser.exit(EXIT_USAGE, (
             f"attnid verify: error: this layout needs about {estimate.human()} of memory (estimated peak: "

@@ -318,7 +318,12 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
             model_type = data["model_type"]
     cfg = Config(data, where)
     cfg.read.add("model_type")
-    groups = MAPPERS[model_type](cfg)
+    try:
+        groups = MAPPERS[model_type](cfg)
+    except (TypeError, OverflowError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+        # a mapper meeting a value of a type it did not expect: one line naming the file, never a traceback
+        raise ValueError(f"{where}: a field has a value the {model_type} mapper cannot read ({type(exc).__name__}: "
+                         f"{exc})") from None
     if cfg.flag("is_encoder_decoder", False):
         cfg.ignore("is_encoder_decoder", "an encoder-decoder model: the cross-attention of its decoder is not counted")
     pruned = cfg.value("pruned_heads", None)
@@ -332,5 +337,6 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
     for name in unread:
         if any(word in name.lower() for word in ATTENTION_WORDS) and data[name] is not None:
             ignored.append(Ignored(name, data[name], f"not read by the {model_type} mapper"))
-    not_attention = [k for k in unread if k not in {i.field for i in ignored}]
+    listed = {i.field for i in ignored}
+    not_attention = [k for k in unread if k not in listed]
     return ModelCount(where, model_type, groups, ignored, not_attention)

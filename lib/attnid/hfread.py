@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,8 +106,11 @@ class Ignored:
     why: str
 
     def record(self) -> dict[str, Any]:
-        """The field, its value and the reason, as a JSON-ready dict."""
-        return {"field": self.field, "value": self.value, "why": self.why}
+        """The field, its value and the reason, as a JSON-ready dict (a non-finite number as its text: JSON has none)."""
+        value = self.value
+        if isinstance(value, float) and not math.isfinite(value):
+            value = repr(value)
+        return {"field": self.field, "value": value, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class Config:
         self.where = where
         self.read: set[str] = set()
         self.ignored: list[Ignored] = []
+        self._ignored_names: set[str] = set()
 
     def _fail(self, name: str, message: str) -> ValueError:
         return ValueError(f"{self.where}: field {name!r} {message}")
@@ -226,9 +231,15 @@ class Config:
     def number(self, name: str, default: float) -> float:
         """A finite real number field, marked as read."""
         value = self.value(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(name, f"must be a finite number, got {_shown(value)}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond every float
+            raise self._fail(name, f"must be a finite number, got an integer of {len(str(value))} digits") from None
+        if not math.isfinite(number):
+            raise self._fail(name, f"must be a finite number, got {_shown(value)}")
+        return number
 
     def flag(self, name: str, default: bool) -> bool:
         """A true/false field, marked as read."""
@@ -238,10 +249,11 @@ class Config:
         return value
 
     def ignore(self, name: str, why: str, value: Any = None) -> None:
-        """List a field that is read but does not enter the counts."""
+        """List a field that is read but does not enter the counts (once; later reasons are dropped)."""
         self.read.add(name)
         shown = self.raw.get(name) if value is None else value
-        if all(i.field != name for i in self.ignored):
+        if name not in self._ignored_names:
+            self._ignored_names.add(name)
             self.ignored.append(Ignored(name, shown, why))
 
     def layers(self) -> int:
@@ -350,9 +362,10 @@ def layer_kinds(cfg: Config, n_layers: int, default: Callable[[int], str]) -> li
 def group_layers(kinds: list[str], make: Callable[[str], LayerGroup | AttentionSpec]) -> list[LayerGroup]:
     """Groups in order of first appearance: ``make(kind)`` gives a group or a spec for one layer of that type."""
     groups: list[LayerGroup] = []
-    for kind in dict.fromkeys(kinds):
+    per_kind = Counter(kinds)  # linear in the layers: a list.count per kind was quadratic with many kinds
+    for kind in per_kind:
         made = make(kind)
-        n = kinds.count(kind)
+        n = per_kind[kind]
         if isinstance(made, AttentionSpec):
             groups.append(LayerGroup.from_layout(kind, n, made))
         else:

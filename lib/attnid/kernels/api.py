@@ -42,7 +42,7 @@ def check_inputs(
         raise ValueError(f"k must have shape (B, G, N, D) = ({b}, G, {n}, {d}) to match q {tuple(q.shape)}; got {tuple(k.shape)}")
     if (bv, gv, nv) != (b, g, n):
         raise ValueError(f"v must have shape (B, G, N, Dv) = ({b}, {g}, {n}, Dv) to match q and k; got {tuple(v.shape)}")
-    if g < 1 or h % g != 0:
+    if h < 1 or g < 1 or h % g != 0:
         raise ValueError(f"the key/value heads G={g} must divide the query heads H={h}")
     if min(b, n, d, v.shape[-1]) < 1:
         raise ValueError(f"empty input: q {tuple(q.shape)}, v {tuple(v.shape)}")
@@ -109,6 +109,12 @@ def _flash():
     return flash
 
 
+def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A contiguous copy where needed: the kernels read every tensor by offset from its first element
+    (a column slice or an expanded sink would be read past its end)."""
+    return None if t is None else t.contiguous()
+
+
 def _settings(causal: bool, rope_dims: int, rope_base: float, scale: float) -> CallSettings:
     """The record the kernels read, rebuilt from a custom operator's plain arguments."""
     return CallSettings(causal, rope_dims, rope_base, scale)
@@ -120,7 +126,7 @@ def flash_forward(
     causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) from the Triton forward kernel."""
-    out, lse, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
+    out, lse, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
                                    _settings(causal, rope_dims, rope_base, scale))
     return out, lse
 
@@ -133,7 +139,7 @@ def flash_tangent(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, tangent of out, lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
     tangents = (tq.contiguous(), tk.contiguous(), tv.contiguous())
-    out, lse, t_out = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), sink,
+    out, lse, t_out = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
                                        _settings(causal, rope_dims, rope_base, scale), tangents)
     return out, t_out, lse
 
@@ -145,7 +151,7 @@ def flash_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) from the Triton backward kernels; delta = rowsum(d_out * out)."""
     return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
-                             d_out, _settings(causal, rope_dims, rope_base, scale))
+                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale))
 
 
 @flash_forward.register_fake
