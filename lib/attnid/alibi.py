@@ -24,9 +24,10 @@ import torch
 from . import counts, layer, symmetry
 from .layout import Count, Family, Params
 from .normalise import attention_weights
-from .nullity import FamilyCheck, measure
+from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
 from .verify import default_seq_len
+from .wrapped import OnMultiHead
 
 
 def slopes(heads: int) -> list[float]:
@@ -38,30 +39,17 @@ def slopes(heads: int) -> list[float]:
 
 
 @dataclass(frozen=True)
-class AlibiSpec:
+class AlibiSpec(OnMultiHead):
     """A multi-head layout ``base`` (no RoPE, no QK-norm) with ALiBi position biases on its scores."""
 
     base: AttentionSpec
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base, AttentionSpec):
-            raise TypeError(f"base must be an AttentionSpec, got {type(self.base).__name__}")
+        self._check_base()
         if self.base.rope_dims:
             raise ValueError("ALiBi replaces the rotary embedding: give a layout without RoPE (rope_fraction 0)")
         if self.base.has_qk_norm:
             raise ValueError("ALiBi layouts with a QK-norm are not described here (no published model has both)")
-
-    @property
-    def d_model(self) -> int:
-        return self.base.d_model
-
-    @property
-    def heads(self) -> int:
-        return self.base.heads
-
-    @property
-    def causal(self) -> bool:
-        return self.base.causal
 
     def describe(self) -> str:
         return f"{self.base.describe()} alibi=yes"
@@ -121,17 +109,11 @@ def init_params(spec: AlibiSpec, generator: torch.Generator, dtype: torch.dtype 
 def verify(spec: AlibiSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
            max_rounds: int = 4) -> FamilyCheck:
     """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    seq_len = default_seq_len(spec.base) if seq_len is None else seq_len
-    gen = torch.Generator().manual_seed(seed)
-    params = init_params(spec, gen)
-
-    def fn(p: Params, x: torch.Tensor) -> torch.Tensor:
-        return forward(p, x, spec)
-
-    measured = measure(fn, params, spec.d_model, gen, seq_len=seq_len, n_inputs=n_inputs, max_rounds=max_rounds)
-    orbit, stretch = measured.orbit(tangent_basis(params, spec))
     c = count(spec)
-    return FamilyCheck(spec, c.total, c.unidentified, measured.decision, orbit, stretch, measured.n_inputs, seq_len)
+    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
+                        exact=c.unidentified, total=c.total,
+                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
+                        n_inputs=n_inputs, max_rounds=max_rounds)
 
 
 def example() -> AlibiSpec:

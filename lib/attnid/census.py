@@ -389,7 +389,7 @@ def _read_yaml(path: Path) -> Any:
     """The one YAML document of ``path``, read with ``_StrictLoader``; every failure a one-line ValueError."""
     where = _where(path)
     try:
-        if not path.is_file():  # a FIFO or a device would block or never end: only regular files are read
+        if path.exists() and not path.is_file():  # a FIFO or a device would block or never end: regular files only
             raise ValueError(f"{where}: is not a regular file")
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)

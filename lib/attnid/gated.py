@@ -32,16 +32,17 @@ import torch
 from . import counts, layer, symmetry
 from .counts import FactoredCount
 from .layout import Count, Family, Params
-from .nullity import FamilyCheck, measure
+from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
 from .verify import default_seq_len
+from .wrapped import OnMultiHead
 
 GATES = ("elementwise", "headwise")
 GATE_PARAMS = ("W_G", "b_G")
 
 
 @dataclass(frozen=True)
-class GatedSpec:
+class GatedSpec(OnMultiHead):
     """A multi-head layout ``base`` with an output gate: 'elementwise' (d_v per head) or 'headwise' (one per head)."""
 
     base: AttentionSpec
@@ -49,24 +50,11 @@ class GatedSpec:
     gate_bias: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base, AttentionSpec):
-            raise TypeError(f"base must be an AttentionSpec, got {type(self.base).__name__}")
+        self._check_base()
         if self.gate not in GATES:
             raise ValueError(f"gate must be one of {', '.join(GATES)}, got {self.gate!r}")
         if not isinstance(self.gate_bias, bool):
             raise TypeError(f"gate_bias must be true or false, got {self.gate_bias!r}")
-
-    @property
-    def d_model(self) -> int:
-        return self.base.d_model
-
-    @property
-    def heads(self) -> int:
-        return self.base.heads
-
-    @property
-    def causal(self) -> bool:
-        return self.base.causal
 
     @property
     def gate_width(self) -> int:
@@ -196,17 +184,11 @@ def tangent_basis(params: Params, spec: GatedSpec) -> torch.Tensor:
 def verify(spec: GatedSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
            max_rounds: int = 4) -> FamilyCheck:
     """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    seq_len = default_seq_len(spec.base) if seq_len is None else seq_len
-    gen = torch.Generator().manual_seed(seed)
-    params = init_params(spec, gen)
-
-    def fn(p: Params, x: torch.Tensor) -> torch.Tensor:
-        return forward(p, x, spec)
-
-    measured = measure(fn, params, spec.d_model, gen, seq_len=seq_len, n_inputs=n_inputs, max_rounds=max_rounds)
-    orbit, stretch = measured.orbit(tangent_basis(params, spec))
     c = count(spec)
-    return FamilyCheck(spec, c.total, c.unidentified, measured.decision, orbit, stretch, measured.n_inputs, seq_len)
+    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
+                        exact=c.unidentified, total=c.total,
+                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
+                        n_inputs=n_inputs, max_rounds=max_rounds)
 
 
 def example() -> GatedSpec:

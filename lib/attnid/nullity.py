@@ -129,3 +129,22 @@ def estimate_bytes(n_params: int, d_model: int, seq_len: int, n_inputs: int | No
     rows = max_rounds * batch * seq_len * d_model
     floats = 2 * rows * n_params + 4 * seq_len * d_model * n_params + 3 * n_params**2
     return FIRST_USE_BYTES + math.ceil(1.5 * 8 * floats)
+
+
+def check_layout(spec: Any, *, init_params: Callable[[Any, torch.Generator], Params], forward: Callable[..., torch.Tensor],
+                 tangent_basis: Callable[[Params, Any], torch.Tensor], exact: int | None, total: int, seq_len: int,
+                 seed: int = 0, n_inputs: int | None = None, max_rounds: int = 4) -> FamilyCheck:
+    """A family's ``verify``: the exact count next to the float64 Jacobian's nullity at a seeded random point.
+
+    The point is drawn first from a generator seeded with ``seed``, then the inputs (``measure``); the
+    orbit is the span of ``tangent_basis`` at the point, and its stretch how far it is from the null space.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    params = init_params(spec, gen)
+
+    def fn(p: Params, x: torch.Tensor) -> torch.Tensor:
+        return forward(p, x, spec)
+
+    measured = measure(fn, params, spec.d_model, gen, seq_len=seq_len, n_inputs=n_inputs, max_rounds=max_rounds)
+    orbit, stretch = measured.orbit(tangent_basis(params, spec))
+    return FamilyCheck(spec, total, exact, measured.decision, orbit, stretch, measured.n_inputs, seq_len)
