@@ -390,7 +390,8 @@ def _read_yaml(path: Path) -> Any:
     where = _where(path)
     try:
         if path.exists() and not path.is_file():  # a FIFO or a device would block or never end: regular files only
-            raise ValueError(f"{where}: is not a regular file")
+            what = "is a directory" if path.is_dir() else "not a regular file (a pipe or a device)"
+            raise ValueError(f"{where}: cannot read: {what}")
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
