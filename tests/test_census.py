@@ -189,13 +189,27 @@ def test_gated_alibi_and_relative_bias_rows() -> None:
     assert rows["qwen3-next-80b"]["unidentified_all_layers"] == 12 * gated.count(qwen.layout).unidentified
     bloom = next(lay for lay in load_layouts() if lay.key == "bloom")
     assert rows["bloom"]["unidentified_per_layer"] == count(bloom.spec).unidentified  # ALiBi changes no count
-    assert rows["t5-small"]["ratio"] is None and "relative_position_bias" in rows["t5-small"]["uncovered"]
+    from attnid import relbias
+
+    for key, unseen in (("t5-small", 1), ("t5-small-decoder", 0)):  # T5's map leaves one encoder bucket unused
+        t5 = next(lay for lay in load_layouts() if lay.key == key)
+        plain = count(t5.spec)
+        assert rows[key]["unidentified_per_layer"] == plain.unidentified + 8 * (1 + unseen)
+        assert rows[key]["unidentified_all_layers"] == 6 * plain.unidentified + 8 * (1 + unseen)
+        assert rows[key]["parameters_all_layers"] == 6 * plain.total + 8 * 32
+        assert len(relbias.seen_buckets(t5.layout)) == 32 - unseen
 
 
 @pytest.mark.parametrize("extra,message", [
     ("    output_gate: scalar\n", "field .output_gate.: must be one of none, elementwise, headwise"),
     ("    gate_bias: true\n", "field .gate_bias.: needs an output_gate"),
     ("    output_gate: headwise\n    gate_bias: 1\n", "field .gate_bias.: must be true or false"),
+    ("    relative_bias: 32\n", "field .relative_bias.: must be a mapping with buckets"),
+    ("    relative_bias: {buckets: 32, slopes: 2}\n", "field .relative_bias.: must be a mapping with buckets"),
+    ("    relative_bias: {buckets: 32, every_layer: 1}\n", "field .relative_bias.: every_layer must be true or false"),
+    ("    relative_bias: {buckets: 32, max_distance: 4}\n", "field .relative_bias.: max_distance .4. must exceed"),
+    ("    relative_bias: {buckets: 1.5}\n", "field .relative_bias.: buckets must be an integer"),
+    ("    rope_fraction: 1.0\n    relative_bias: {buckets: 32}\n", "field .relative_bias.: replaces RoPE"),
 ])
 def test_bad_gate_fields_are_refused(tmp_path: Path, extra: str, message: str) -> None:
     user = tmp_path / "mine.yaml"

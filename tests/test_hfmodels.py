@@ -73,7 +73,6 @@ COUNTED = {
 # folder: (layer type, layers, closed form arguments, a word of the reason the count is withheld)
 WITHHELD = {
     "persimmon-8b": ("full_attention", 36, dict(d=4096, h=64, g=64, dk=64, r=32, bias="qkvo"), "LayerNorm"),
-    "t5-base": ("encoder_self_attention", 12, dict(d=768, h=12, g=12, dk=64), "relative position bias"),
 }
 
 
@@ -103,10 +102,41 @@ def test_qwen3_next_counts_its_gated_layers_and_names_the_linear_ones() -> None:
     assert groups["full_attention"].spec.gate == "elementwise" and groups["full_attention"].weakly_identified == 16 + 2
 
 
-def test_t5_s_decoder_and_cross_attention_layers() -> None:
-    groups = {g.kind: g for g in model_count(FIXTURES / "t5-base").groups}
-    assert groups["decoder_self_attention"].layers == 12 and groups["decoder_self_attention"].spec.causal
-    assert groups["cross_attention"].layers == 12 and not groups["cross_attention"].attention
+def _t5_unseen(bidirectional: bool, buckets: int = 32, max_distance: int = 128) -> int:
+    """Buckets T5's own map never gives (at any distance), read off transformers' T5Attention."""
+    import torch
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    used = T5Attention._relative_position_bucket(torch.arange(-2000, 2001), bidirectional=bidirectional,
+                                                 num_buckets=buckets, max_distance=max_distance)
+    return buckets - len(set(used.tolist()))
+
+
+def test_t5_counts_its_first_layers_table_and_leaves_cross_attention_out() -> None:
+    groups = model_count(FIXTURES / "t5-base").groups
+    assert [(g.kind, g.layers, g.attention) for g in groups] == [
+        ("encoder_self_attention_with_table", 1, True), ("encoder_self_attention", 11, True),
+        ("decoder_self_attention_with_table", 1, True), ("decoder_self_attention", 11, True),
+        ("cross_attention", 12, False)]
+    total, unidentified = closed_form(d=768, h=12, g=12, dk=64)
+    table = 12 * 32  # one entry per head and bucket; each head's shift and the unseen buckets are invisible
+    for g, unseen in zip(groups[:4:2], (_t5_unseen(True), _t5_unseen(False))):
+        assert (g.total, g.unidentified) == (total + table, unidentified + 12 * (1 + unseen))
+    for g in groups[1:4:2]:
+        assert (g.total, g.unidentified) == (total, unidentified)
+    assert (_t5_unseen(True), _t5_unseen(False)) == (1, 0)
+
+
+def test_umt5_has_a_table_in_every_layer() -> None:
+    from attnid.hfconfig import count_config
+
+    data = {"model_type": "umt5", "d_model": 512, "d_kv": 64, "num_heads": 6, "num_layers": 8,
+            "num_decoder_layers": 8, "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
+    groups = count_config(data, "umt5").groups
+    assert [(g.kind, g.layers) for g in groups if g.attention] == [("encoder_self_attention", 8),
+                                                                   ("decoder_self_attention", 8)]
+    total, unidentified = closed_form(d=512, h=6, g=6, dk=64)
+    assert (groups[0].total, groups[0].unidentified) == (total + 6 * 32, unidentified + 6 * (1 + _t5_unseen(True)))
 
 
 def test_a_disagreeing_duplicate_field_is_refused() -> None:
@@ -126,7 +156,7 @@ TRANSFORMERS_DEFAULTS = {
     "stablelm": "StableLmConfig", "starcoder2": "Starcoder2Config", "olmo": "OlmoConfig", "olmoe": "OlmoeConfig",
     "glm": "GlmConfig", "glm4": "Glm4Config", "exaone4": "Exaone4Config", "nemotron": "NemotronConfig",
     "cohere": "CohereConfig", "cohere2": "Cohere2Config", "persimmon": "PersimmonConfig", "jamba": "JambaConfig",
-    "bloom": "BloomConfig", "mpt": "MptConfig", "t5": "T5Config", "qwen3_next": "Qwen3NextConfig",
+    "bloom": "BloomConfig", "mpt": "MptConfig", "t5": "T5Config", "mt5": "MT5Config", "umt5": "UMT5Config", "qwen3_next": "Qwen3NextConfig",
     "internlm3": "InternLM3Config", "exaone": "ExaoneConfig", "opt": "OPTConfig", "gpt_neo": "GPTNeoConfig",
     "codegen": "CodeGenConfig", "dbrx": "DbrxConfig", "smollm3": "SmolLM3Config", "olmo3": "Olmo3Config",
     "phimoe": "PhimoeConfig", "ernie4_5": "Ernie4_5Config", "seed_oss": "SeedOssConfig", "arcee": "ArceeConfig",

@@ -23,11 +23,10 @@ import torch
 
 from . import counts, layer, symmetry
 from .layout import Count, Family, Params
-from .normalise import attention_weights
 from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
 from .verify import default_seq_len
-from .wrapped import OnMultiHead
+from .wrapped import OnMultiHead, offset_forward
 
 
 def slopes(heads: int) -> list[float]:
@@ -72,16 +71,7 @@ def position_bias(spec: AlibiSpec, n: int, dtype: torch.dtype, device: torch.dev
 
 def forward(params: Params, x: torch.Tensor, spec: AlibiSpec) -> torch.Tensor:
     """The layer of ``attnid.layer`` with ALiBi's offsets added to every head's scores, for X of shape (..., n, d)."""
-    base = spec.base
-    q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + layer._head_bias(params, "b_Q")
-    k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + layer._head_bias(params, "b_K")
-    v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + layer._head_bias(params, "b_V")
-    groups = torch.tensor([base.group_of_head(h) for h in range(base.heads)], device=x.device)
-    k, v = k.index_select(-3, groups), v.index_select(-3, groups)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(base.head_dim) + position_bias(spec, x.shape[-2], x.dtype, x.device)
-    weights = attention_weights(scores, norm=base.norm, causal=base.causal, sink=params.get("sink"),
-                                window=base.window, chunk=base.chunk)
-    return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)
+    return offset_forward(params, x, spec.base, position_bias(spec, x.shape[-2], x.dtype, x.device))
 
 
 def count(spec: AlibiSpec) -> Count:

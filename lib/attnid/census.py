@@ -38,6 +38,7 @@ from .alibi import AlibiSpec
 from .gated import GatedSpec
 from .layout import Layout
 from .mla import HF_LATENT_NORM_EPS, MLASpec
+from .relbias import T5_MAX_DISTANCE, RelativeBiasSpec
 from .normalise import NORMS
 from .spec import DEFAULT_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias
 
@@ -47,7 +48,7 @@ DATA_FILES = (SHIPPED,)
 REQUIRED = ("d_model", "heads", "kv_heads", "head_dim", "layers")
 OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal", "norm", "sink", "qk_norm",
             "qk_norm_eps", "window", "window_layers", "chunk", "chunk_layers", "uncovered", "notes", "source",
-            "transformers_check", "mla", "output_gate", "gate_bias", "alibi")
+            "transformers_check", "mla", "output_gate", "gate_bias", "alibi", "relative_bias")
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
@@ -56,9 +57,8 @@ UNCOVERED = {
                        "(windows of 3 or more keys change no count, chapter 8)"),
     "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
                           "which bends them; no theorem here covers it"),
-    "relative_position_bias": ("not covered: a learned bias per head and relative-position bucket is added to the "
-                               "scores, which are not scaled (T5); no theorem here treats it"),
 }
+RELATIVE_BIAS_KEYS = ("buckets", "max_distance", "every_layer")  # a relative_bias block (attnid.relbias)
 GATES = ("none", "elementwise", "headwise")  # output gates (attnid.gated): none, one per value coordinate, one per head
 
 MAX_FILE_BYTES = 2**20
@@ -89,6 +89,9 @@ class ModelEntry:
     gate: str = "none"  # an output gate (attnid.gated) on ``spec``'s heads: none, elementwise or headwise
     gate_bias: bool = False
     alibi: bool = False  # ALiBi position biases on the scores (attnid.alibi; the layout has no RoPE)
+    relative_bias: tuple[int, int, bool] | None = None
+    """T5's learned bucketed position bias (attnid.relbias): buckets, max_distance, and whether every layer has its
+    own table (UMT5) or the first layer's serves all (T5, mT5)."""
 
     @property
     def layout(self) -> Layout:
@@ -98,6 +101,8 @@ class ModelEntry:
             return self.mla
         if self.alibi:
             return AlibiSpec(self.spec)
+        if self.relative_bias is not None:
+            return RelativeBiasSpec(self.spec, *self.relative_bias[:2])
         return self.spec if self.gate == "none" else GatedSpec(self.spec, self.gate, self.gate_bias)
 
     def layer_specs(self) -> list[tuple[int, AttentionSpec]]:
@@ -296,12 +301,33 @@ def _check_gate(entry: dict, fail: Any) -> None:
             raise fail("gate_bias", "needs an output_gate")
     if gate != "none" and "mla" in entry:
         raise fail("output_gate", "is not read for multi-head latent attention (no gated latent layout is counted)")
+    if "relative_bias" in entry:
+        _relative_bias(entry, lambda m: fail("relative_bias", m))
     if "alibi" in entry:
         if not isinstance(entry["alibi"], bool):
             raise fail("alibi", f"must be true or false (a YAML bool), got {_show(entry['alibi'])}")
         if entry["alibi"] and (entry.get("rope_fraction", 0.0) or gate != "none" or "mla" in entry
                                or entry.get("qk_norm", "none") != "none"):
             raise fail("alibi", "replaces RoPE: give rope_fraction 0, and no qk_norm, output_gate or mla block")
+
+
+def _relative_bias(entry: dict, fail: Any) -> tuple[int, int, bool]:
+    """A relative_bias block {buckets, max_distance (default 128), every_layer (default false)}, checked."""
+    block = entry["relative_bias"]
+    if not isinstance(block, dict) or set(block) - set(RELATIVE_BIAS_KEYS) or "buckets" not in block:
+        raise fail(f"must be a mapping with buckets and optionally max_distance and every_layer, got {_show(block)}")
+    every = block.get("every_layer", False)
+    if not isinstance(every, bool):
+        raise fail(f"every_layer must be true or false (a YAML bool), got {_show(every)}")
+    if entry.get("rope_fraction", 0.0) or entry.get("output_gate", "none") != "none" or "mla" in entry \
+            or entry.get("qk_norm", "none") != "none" or entry.get("alibi", False):
+        raise fail("replaces RoPE: give rope_fraction 0, and no qk_norm, output_gate, alibi or mla block")
+    buckets, distance = block["buckets"], block.get("max_distance", T5_MAX_DISTANCE)
+    try:
+        RelativeBiasSpec(AttentionSpec.create(2, 1, causal=entry.get("causal", DEFAULT_CAUSAL)), buckets, distance)
+    except ValueError as exc:
+        raise fail(str(exc).removeprefix("relative position bias: ")) from None
+    return buckets, distance, every
 
 
 def _check_modern_fields(entry: dict, fail: Any) -> None:
@@ -382,7 +408,9 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
                   str(entry.get("notes", "")), str(entry.get("source", "")),
                   dict(entry.get("transformers_check", {}) or {}),
                   _mla_spec(entry, lambda m: _entry_error(key, m, "mla", path)) if "mla" in entry else None,
-                  masked or 0, entry.get("output_gate", "none"), entry.get("gate_bias", False), entry.get("alibi", False))
+                  masked or 0, entry.get("output_gate", "none"), entry.get("gate_bias", False), entry.get("alibi", False),
+                  _relative_bias(entry, lambda m: _entry_error(key, m, "relative_bias", path))
+                  if "relative_bias" in entry else None)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -504,10 +532,19 @@ class CensusRow:
     count: Count
     mha: Count
 
+    def per_layer_type(self) -> list[tuple[int, Count]]:
+        """(layers, count) per layer type: a family's own layout on every layer; T5's table on the first layer only
+        (the others see it as fixed offsets, which change no count); windows or chunks on some layers."""
+        lay, c = self.layout, self.count
+        if lay.relative_bias is not None and not lay.relative_bias[2]:
+            return [(1, c)] + ([(lay.layers - 1, count(lay.spec))] if lay.layers > 1 else [])
+        if lay.mla is not None or lay.gate != "none" or lay.alibi or lay.relative_bias is not None:
+            return [(lay.layers, c)]
+        return [(n, count(spec)) for n, spec in lay.layer_specs()]
+
     def record(self) -> dict[str, Any]:
         c, layers = self.count, self.layout.layers
-        per_type = ([(layers, c)] if self.layout.mla is not None or self.layout.gate != "none" or self.layout.alibi
-                    else [(n, count(spec)) for n, spec in self.layout.layer_specs()])
+        per_type = self.per_layer_type()
         covered = self.layout.covered and all(t.covered for _, t in per_type)
         spec = self.layout.spec
         masked = {"window": spec.window, "chunk": spec.chunk, "masked_layers": self.layout.masked_layers} \
@@ -516,7 +553,7 @@ class CensusRow:
             "model": self.layout.key, "name": self.layout.name, "layers": layers,
             "layout": self.layout.layout.describe(),
             "parameters_per_layer": c.total,
-            "parameters_all_layers": c.total * layers,
+            "parameters_all_layers": sum(n * t.total for n, t in per_type),
             "unidentified_per_layer": c.unidentified if covered else None,
             "unidentified_all_layers": sum(n * t.unidentified for n, t in per_type) if covered else None,  # type: ignore[misc]
             "ratio": c.ratio if covered else None, "plain_mha_ratio": self.mha.ratio,

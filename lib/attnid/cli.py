@@ -34,10 +34,13 @@ import torch
 
 from . import families, nullity
 from .counts import Count
-from .gated import GATES, GatedSpec
-from .nullity import FamilyCheck
+from .alibi import AlibiSpec
 from .fields import FIELDS, MAX_WIDTH
 from .fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
+from .gated import GATES, GatedSpec
+from .layout import Layout
+from .nullity import FamilyCheck
+from .relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from .runtime import MAX_SEED
 from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
 from .verify import METHODS, MIN_SEQ_LEN, Estimate, Verification, default_seq_len, estimate_resources, format_bytes, verify
@@ -196,6 +199,14 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
                    help="multiply each head's output by a sigmoid gate of its own token: one per value coordinate "
                         "(elementwise: Qwen3-Next) or one per head (headwise); default none")
     p.add_argument("--gate-bias", action="store_true", help="with --output-gate: the gate has a bias")
+    p.add_argument("--alibi", action="store_true",
+                   help="add ALiBi's fixed linear position penalties to the scores (BLOOM, MPT; no RoPE): chapter 7b")
+    p.add_argument("--relative-bias", type=bounded_int(2, MAX_BUCKETS), default=None, metavar="BUCKETS",
+                   help="add a learned relative position bias with BUCKETS buckets per head (T5: 32; no RoPE), "
+                        "bidirectional without --causal; count gives the count at inputs long enough to reach every "
+                        "bucket, verify the one at --seq-len: chapter 7b")
+    p.add_argument("--max-distance", type=bounded_int(1, MAX_BUCKETS), default=None, metavar="M",
+                   help=f"with --relative-bias: distances from M on share the last bucket (default {T5_MAX_DISTANCE}, T5's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -279,11 +290,22 @@ def run_census(args: argparse.Namespace) -> int:
     return 0
 
 
-def spec_from_args(args: argparse.Namespace) -> AttentionSpec | GatedSpec:
-    """The layout the flags describe: an AttentionSpec, wrapped in a GatedSpec with --output-gate."""
+def spec_from_args(args: argparse.Namespace) -> Layout:
+    """The layout the flags describe: an AttentionSpec, wrapped by --output-gate, --alibi or --relative-bias."""
     if args.gate_bias and args.output_gate == "none":
         raise ValueError("--gate-bias needs --output-gate elementwise or headwise")
+    if args.max_distance is not None and args.relative_bias is None:
+        raise ValueError("--max-distance needs --relative-bias")
+    wrappers = [f for f, on in (("--output-gate", args.output_gate != "none"), ("--alibi", args.alibi),
+                                ("--relative-bias", args.relative_bias is not None)) if on]
+    if len(wrappers) > 1:
+        raise ValueError(f"give at most one of {', '.join(wrappers)} (no layout here combines them)")
     base = _base_spec(args)
+    if args.alibi:
+        return AlibiSpec(base)
+    if args.relative_bias is not None:
+        distance = T5_MAX_DISTANCE if args.max_distance is None else args.max_distance
+        return RelativeBiasSpec(base, args.relative_bias, distance, getattr(args, "seq_len", None))
     return base if args.output_gate == "none" else GatedSpec(base, args.output_gate, args.gate_bias)
 
 
@@ -327,6 +349,8 @@ def _count_lines(c: Count) -> list[str]:
     else:
         lines.append(f"unidentified: {c.unidentified} (ratio {c.ratio:.6g})")
         lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.breakdown.items()))
+        if c.note:
+            lines.append(f"  {c.note}")
     if c.weakly_identified:
         lines.append(f"weakly identified: {c.weakly_identified} (each head's query and key scale, seen only through "
                      f"the QK-norm's eps = {c.spec.qk_norm_eps:g}; unidentified with eps = 0)")
@@ -407,7 +431,7 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _estimate(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Estimate:
+def _estimate(spec: Layout, args: argparse.Namespace) -> Estimate:
     """The peak-memory estimate of verify: calibrated for AttentionSpec, ``attnid.nullity``'s bound for a gated layout."""
     if isinstance(spec, AttentionSpec):
         return estimate_resources(spec, seq_len=args.seq_len, method=args.method)
@@ -416,13 +440,13 @@ def _estimate(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Esti
     return Estimate(nullity.estimate_bytes(p, spec.d_model, seq_len), p, seq_len, 0, "forward", {})
 
 
-def _run(spec: AttentionSpec | GatedSpec, args: argparse.Namespace) -> Verification | FamilyCheck:
+def _run(spec: Layout, args: argparse.Namespace) -> Verification | FamilyCheck:
     if isinstance(spec, AttentionSpec):
         return verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
     return families.verify(spec, seq_len=args.seq_len, seed=args.seed)
 
 
-def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: AttentionSpec | GatedSpec) -> int:
+def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: Layout) -> int:
     """Refuse a layout whose estimated peak memory exceeds --max-memory, else verify it (exit 3 if memory runs out)."""
     limit = default_max_memory() if args.max_memory is None else args.max_memory
     try:

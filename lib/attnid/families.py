@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import alibi, gated, mha, mla
+from . import alibi, gated, mha, mla, relbias
 from .layout import Count, Family, Layout, Params
 
 LAYOUT_FAMILIES: tuple[Family, ...] = (
@@ -19,6 +19,7 @@ LAYOUT_FAMILIES: tuple[Family, ...] = (
     mla.FAMILY,  # MLASpec: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
     gated.FAMILY,  # GatedSpec: a multi-head layout with a sigmoid output gate per head or per value coordinate
     alibi.FAMILY,  # AlibiSpec: a multi-head layout without RoPE and with ALiBi's fixed position biases
+    relbias.FAMILY,  # RelativeBiasSpec: a multi-head layout without RoPE and with T5's learned bucketed position bias
 )
 
 
@@ -32,7 +33,7 @@ def family_of(layout: Any) -> Family:
 
 
 def family_named(name: str) -> Family:
-    """The family called ``name`` ('multi-head', 'latent', 'output-gated', 'alibi')."""
+    """The family called ``name`` ('multi-head', 'latent', 'output-gated', 'alibi', 'relative-bias')."""
     for family in LAYOUT_FAMILIES:
         if family.name == name:
             return family

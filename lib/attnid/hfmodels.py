@@ -2,20 +2,23 @@
 
 Each mapper reads the fields its model type's attention uses (named in its docstring, with the
 transformers module or the published modelling code it follows) and withholds a count, with a
-one-line reason, where the attention has a feature no theorem of the book covers: T5's
-relative position buckets, a LayerNorm or clipping on the queries and keys, linear attention.
+one-line reason, where the attention has a feature no theorem of the book covers: a
+LayerNorm or clipping on the queries and keys, linear attention, cross-attention.
 Mixture-of-experts routing fields never change an attention layer and are read silently.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .alibi import AlibiSpec
+from .counts import count
 from .gated import GatedSpec
 from .hfread import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
                      _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
                      rope_fraction, rope_layers)
+from .relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
                 "RMSNorm of chapter 7b")
@@ -337,21 +340,33 @@ def map_mpt(cfg: Config) -> list[LayerGroup]:
 
 
 def map_t5(cfg: Config) -> list[LayerGroup]:
-    """T5 (t5, mt5, umt5): encoder self-attention, decoder self-attention and cross-attention; every layer adds a
-    learned relative position bias (buckets) and does not scale the scores: not covered, parameters counted."""
+    """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
+    layer): encoder and decoder self-attention (``attnid.relbias``), counted at inputs long enough to reach every
+    bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
+    uses another layer's table sees it as fixed offsets, which change no count (chapter 8)."""
     d = cfg.integer("d_model", None, "hidden_size")
     h = cfg.integer("num_heads", None, "num_attention_heads")
     dk = cfg.integer("d_kv", d // h)
     encoder = cfg.integer("num_layers", None, "num_hidden_layers")
     decoder = cfg.integer("num_decoder_layers", encoder)
-    cfg.mark_read("relative_attention_num_buckets", "relative_attention_max_distance", "is_decoder",
-                  "scale_decoder_outputs")
-    why = ("not covered: a learned relative position bias per head and bucket is added to the scores, which are "
-           "not scaled by d_k^-1/2")
+    buckets = cfg.integer("relative_attention_num_buckets", T5_BUCKETS)
+    distance = cfg.integer("relative_attention_max_distance", T5_MAX_DISTANCE)
+    per_layer = cfg.value("model_type") == "umt5"
+    cfg.mark_read("is_decoder", "scale_decoder_outputs")
     groups = []
     for kind, layers, causal in (("encoder_self_attention", encoder, False), ("decoder_self_attention", decoder, True)):
         spec = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, causal=causal)
-        groups.append(LayerGroup.from_layout(kind, layers, spec, note=why))
+        try:
+            table = RelativeBiasSpec(spec, buckets, distance)
+        except ValueError as exc:
+            raise ValueError(f"{cfg.where}: {exc}") from None
+        if per_layer:
+            groups.append(LayerGroup.from_layout(kind, layers, table))
+            continue
+        groups.append(LayerGroup.from_layout(f"{kind}_with_table", 1, table))
+        if layers > 1:
+            shared = replace(count(spec), note="adds the first layer's relative-bias table, fixed offsets for this layer")
+            groups.append(LayerGroup.from_count(kind, layers - 1, shared))
     groups.append(LayerGroup.not_counted("cross_attention", decoder, "cross-attention to the encoder's output: its "
                                                                      "keys and values come from another sequence"))
     return groups

@@ -1,11 +1,19 @@
-"""Layouts that add one feature to a multi-head layout (an output gate, ALiBi): the fields they pass through.
+"""Layouts that add one feature to a multi-head layout (an output gate, ALiBi, a relative bias): shared parts.
 
 ``OnMultiHead`` gives a layout class with a ``base: AttentionSpec`` field the width, head count and
 mask of the ``Layout`` protocol from its base; the family module adds its own fields and ``describe``.
+``offset_forward`` is the reference layer with additive score offsets per head and pair of positions.
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
+
+from . import layer
+from .layout import Params
+from .normalise import attention_weights
 from .spec import AttentionSpec
 
 
@@ -29,3 +37,16 @@ class OnMultiHead:
     @property
     def causal(self) -> bool:
         return self.base.causal
+
+
+def offset_forward(params: Params, x: torch.Tensor, base: AttentionSpec, offsets: torch.Tensor) -> torch.Tensor:
+    """The layer of ``attnid.layer`` (no RoPE, no QK-norm) with ``offsets`` (H, n, n) added to the scores; X (..., n, d)."""
+    q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + layer._head_bias(params, "b_Q")
+    k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + layer._head_bias(params, "b_K")
+    v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + layer._head_bias(params, "b_V")
+    groups = torch.tensor([base.group_of_head(h) for h in range(base.heads)], device=x.device)
+    k, v = k.index_select(-3, groups), v.index_select(-3, groups)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(base.head_dim) + offsets
+    weights = attention_weights(scores, norm=base.norm, causal=base.causal, sink=params.get("sink"),
+                                window=base.window, chunk=base.chunk)
+    return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)
