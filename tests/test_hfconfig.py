@@ -91,9 +91,10 @@ def test_a_plugged_in_mapper_is_used(tmp_path: Path) -> None:
 
     register("fake_mla", fake)
     try:
+        assert (count_config({"model_type": "fake_mla", "num_hidden_layers": 3}).unidentified) == 21
         m = count_config({"model_type": "fake_mla", "num_hidden_layers": 3, "kv_lora_rank": 512})
-        assert (m.total, m.unidentified) == (300, 21)
         assert [i.field for i in m.ignored] == ["kv_lora_rank"]  # an attention field the mapper never read
+        assert (m.total, m.unidentified) == (300, None)  # ... which withholds the count
     finally:
         MAPPERS.pop("fake_mla")
 
@@ -107,7 +108,10 @@ def test_ignored_fields_are_listed_never_dropped() -> None:
     assert "RoPE scaling" in fields["rope_scaling"]
     assert fields["attn_new_feature"] == "not read by the llama mapper"
     assert "vocab_size" in m.not_attention and "vocab_size" not in fields
-    assert m.unidentified == 32 * 132_096  # the counts do not change
+    assert m.unidentified is None and m.total == 32 * 41_943_040  # an unknown attention field withholds the count
+    assert all("attn_new_feature may describe the attention" in g.note for g in m.counted)
+    del cfg["attn_new_feature"]
+    assert count_config(cfg).unidentified == 32 * 132_096  # RoPE scaling alone changes no count
 
 
 def test_local_and_global_layers_are_counted_per_layer_type() -> None:

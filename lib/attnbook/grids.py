@@ -171,3 +171,17 @@ def alibi(d_model: int) -> list[Any]:
                dict(heads=2, bias="qkvo"), dict(heads=2, bias="qkvo", causal=True, window=3),
                dict(heads=1, head_dim=d_model + 2, v_head_dim=2, bias="qk", causal=True)]
     return [AlibiSpec(AttentionSpec.create(d_model // 2 if "head_dim" in extra else d_model, **extra)) for extra in layouts]
+
+
+def relative_bias(d_model: int) -> list[Any]:
+    """Chapter 7b: T5-style relative bias tables on MHA, GQA and MQA, with and without biases, causal and not, a
+    window, d_k > d; short inputs that leave buckets unseen and longer ones that reach them all."""
+    from attnid.relbias import RelativeBiasSpec
+
+    layouts = [(dict(heads=2), 8, 12, 3), (dict(heads=2), 8, 12, 10), (dict(heads=2, causal=True), 8, 12, 4),
+               (dict(heads=2, causal=True), 6, 9, 12), (dict(heads=4, kv_heads=2, bias="qkvo", causal=True), 8, 12, 6),
+               (dict(heads=4, kv_heads=1, bias="kv"), 7, 10, 5),
+               (dict(heads=2, bias="qkvo", causal=True, window=3), 8, 10, 7),
+               (dict(heads=1, head_dim=d_model + 2, v_head_dim=2, bias="qk"), 10, 20, 6)]
+    return [RelativeBiasSpec(AttentionSpec.create(d_model // 2 if "head_dim" in extra else d_model, **extra),
+                             buckets, distance, n) for extra, buckets, distance, n in layouts]

@@ -337,6 +337,11 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
     for name in unread:
         if any(word in name.lower() for word in ATTENTION_WORDS) and data[name] is not None:
             ignored.append(Ignored(name, data[name], f"not read by the {model_type} mapper"))
+    unknown = [i.field for i in ignored if i.why.startswith("not read")]
+    if unknown:  # a field the mapper does not know may change the attention: no count rests on a guess
+        shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        groups = [_uncover(g, f"not covered: {shown} may describe the attention and the {model_type} mapper does "
+                              "not read it") for g in groups]
     listed = {i.field for i in ignored}
     not_attention = [k for k in unread if k not in listed]
     return ModelCount(where, model_type, groups, ignored, not_attention)

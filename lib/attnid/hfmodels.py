@@ -343,7 +343,7 @@ def map_t5(cfg: Config) -> list[LayerGroup]:
     """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
     layer): encoder and decoder self-attention (``attnid.relbias``), counted at inputs long enough to reach every
     bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
-    uses another layer's table sees it as fixed offsets, which change no count (chapter 8)."""
+    uses another layer's table sees it as fixed offsets, which change no count (chapter 7b)."""
     d = cfg.integer("d_model", None, "hidden_size")
     h = cfg.integer("num_heads", None, "num_attention_heads")
     dk = cfg.integer("d_kv", d // h)
