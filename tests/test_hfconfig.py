@@ -114,6 +114,24 @@ def test_ignored_fields_are_listed_never_dropped() -> None:
     assert count_config(cfg).unidentified == 32 * 132_096  # RoPE scaling alone changes no count
 
 
+def test_an_unread_switch_that_is_off_is_listed_but_one_on_the_mask_withholds_the_count() -> None:
+    cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
+    m = count_config({**cfg, "qk_layernorm": False, "_attn_implementation_autoset": True})
+    assert m.unidentified == 32 * 132_096
+    assert {i.field: i.why for i in m.ignored}["qk_layernorm"].endswith("a switch that is off, so no feature it could add")
+    for name in ("is_causal", "use_bidirectional_attention"):  # an off flag here could change which keys a query sees
+        withheld = count_config({**cfg, name: False})
+        assert withheld.unidentified is None and all(name in g.note for g in withheld.counted)
+
+
+def test_rope_theta_beside_rope_parameters_must_agree() -> None:
+    cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
+    params = {"rope_type": "default", "rope_theta": 500000.0}
+    assert count_config({**cfg, "rope_theta": 500000.0, "rope_parameters": params}).unidentified == 32 * 132_096
+    with pytest.raises(ValueError, match="'rope_theta' is 10000.0 but rope_parameters.rope_theta is 500000.0"):
+        count_config({**cfg, "rope_theta": 10000.0, "rope_parameters": params})
+
+
 def test_local_and_global_layers_are_counted_per_layer_type() -> None:
     import transformers
 

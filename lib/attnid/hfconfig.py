@@ -28,7 +28,8 @@ from typing import Any
 
 from . import families, hfmodels  # noqa: F401  (hfmodels registers the mappers of further model types)
 from .alibi import AlibiSpec
-from .hfread import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, ROPE_SCALING_WHY, SILENT,
+from .hfread import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, NEVER_OFF_SWITCH,
+                     ROPE_SCALING_WHY, SILENT,
                      WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder,
                      _heads, _qwen_kinds, _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds,
                      register, rope_base, rope_fraction, rope_layers, supported_types)
@@ -336,8 +337,10 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
     ignored = list(cfg.ignored)
     for name in unread:
         if any(word in name.lower() for word in ATTENTION_WORDS) and data[name] is not None:
-            ignored.append(Ignored(name, data[name], f"not read by the {model_type} mapper"))
-    unknown = [i.field for i in ignored if i.why.startswith("not read")]
+            off = data[name] is False and not any(word in name.lower() for word in NEVER_OFF_SWITCH)
+            ignored.append(Ignored(name, data[name], f"not read by the {model_type} mapper"
+                                   + (": a switch that is off, so no feature it could add" if off else "")))
+    unknown = [i.field for i in ignored if i.why == f"not read by the {model_type} mapper"]
     if unknown:  # a field the mapper does not know may change the attention: no count rests on a guess
         shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
         groups = [_uncover(g, f"not covered: {shown} may describe the attention and the {model_type} mapper does "

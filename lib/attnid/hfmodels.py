@@ -21,7 +21,7 @@ from .hfread import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cros
 from .relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
-                "RMSNorm of chapter 7b")
+                "RMSNorm of chapter 7b; its known moves give only a lower bound (chapter 7b, prop-qk-layernorm-moves)")
 CLIP_QKV = "not covered: clip_qkv clamps the queries, keys and values, which bends the layer off the theory"
 
 

@@ -40,7 +40,13 @@ SILENT = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop", "ma
           # attention implementations and dropouts: how the same function is computed or trained
           "attn_implementation", "_attn_implementation", "use_flash_attn", "attn_dropout_prob", "softmax_in_fp32",
           "masked_softmax_fusion", "bias_dropout_fusion", "use_cache_quantization", "use_cache_kernel",
-          "routed_scaling_factor", "decoder_start_token_id", "pad_key_length", "pre_allocate_kv_cache", "norm_type")
+          "routed_scaling_factor", "decoder_start_token_id", "pad_key_length", "pre_allocate_kv_cache", "norm_type",
+          "_attn_implementation_autoset", "use_flash_attention_2", "use_sdpa", "use_memory_efficient_attention",
+          # the training length a RoPE scaling refers to: with a scaling it is listed with the scaling, without unused
+          "original_max_position_embeddings")
+# Unread switches that are off (false) describe a feature the model does not use; they are listed as ignored, not
+# fatal, unless their name says which keys a query sees (a false "causal" flag would change the mask).
+NEVER_OFF_SWITCH = ("causal", "bidirectional", "decoder", "cross")
 LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
@@ -304,6 +310,10 @@ def rope_base(cfg: Config, default: float = 10000.0, kind: str | None = None, *n
     """The RoPE base: rope_parameters.rope_theta, else rope_theta (or the family's older names), else the default."""
     params = _rope_parameters(cfg, kind)
     base = params.get("rope_theta") if params else None
+    flat = not any(isinstance(v, dict) for v in (cfg.value("rope_parameters", None) or {}).values())
+    if base is not None and flat and cfg.has("rope_theta") and cfg.number("rope_theta", base) != base:
+        raise cfg._fail("rope_theta", f"is {_shown(cfg.raw['rope_theta'])} but rope_parameters.rope_theta is "
+                                      f"{_shown(base)}: which one the model uses is not clear")
     if base is None:
         for name in ("rope_theta", *names):
             if cfg.has(name):
