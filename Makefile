@@ -26,7 +26,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine check-kernels clean lock
+.PHONY: help install reproduce compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine bench-ballcert check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -107,6 +107,9 @@ check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed
 
 bench-engine: $(STAMP)  ## time verify's structured and dense routes, d <= 32 and d = 64 layouts (CPU) -> data/bench/engine.csv
 	$(PY) scripts/bench_engine.py $(ARGS)
+
+bench-ballcert: $(STAMP)  ## time the ball-arithmetic rank proofs of the certificate appendix's layouts (CPU) -> data/bench/ballcert.csv
+	$(PY) scripts/bench_ballcert.py $(ARGS)
 
 lock:  ## re-resolve requirements.in into requirements.txt (needs network)
 	rm -rf /tmp/attnid-lock && $(PYTHON3) -m venv /tmp/attnid-lock

@@ -185,3 +185,52 @@ def relative_bias(d_model: int) -> list[Any]:
                (dict(heads=1, head_dim=d_model + 2, v_head_dim=2, bias="qk"), 10, 20, 6)]
     return [RelativeBiasSpec(AttentionSpec.create(d_model // 2 if "head_dim" in extra else d_model, **extra),
                              buckets, distance, n) for extra, buckets, distance, n in layouts]
+
+
+# Chapter 7c's latent-attention layouts (MLASpec fields without norm_eps): with and without a query latent, with and
+# without RoPE, c below and at d, one head and three.
+MLA_LAYOUTS: tuple[dict[str, Any], ...] = (
+    dict(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2, q_lora_rank=4),
+    dict(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=4, v_head_dim=2, q_lora_rank=None),
+    dict(d_model=8, heads=3, kv_lora_rank=3, qk_nope_head_dim=1, qk_rope_head_dim=2, v_head_dim=3, q_lora_rank=5),
+    dict(d_model=6, heads=2, kv_lora_rank=5, qk_nope_head_dim=3, qk_rope_head_dim=0, v_head_dim=1, q_lora_rank=3),
+    dict(d_model=6, heads=1, kv_lora_rank=6, qk_nope_head_dim=2, qk_rope_head_dim=6, v_head_dim=2, q_lora_rank=None),
+)
+# Chapter 7c's published structures scaled down: DeepSeek-V2/V3 and Kimi K2 (a query latent), DeepSeek-V2-Lite (none).
+MLA_SCALED: Mapping[str, dict[str, Any]] = {
+    "DeepSeek-V2/V3, Kimi K2 (q-latent)": dict(d_model=12, heads=3, kv_lora_rank=4, q_lora_rank=6,
+                                               qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2),
+    "DeepSeek-V2-Lite (no q-latent)": dict(d_model=12, heads=2, kv_lora_rank=4, q_lora_rank=None,
+                                           qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2),
+}
+
+
+def ball_certificate_cases(max_d_model: int) -> list[tuple[str, str, Any, int]]:
+    """(family, chapter, layout, seed) for the ball-arithmetic certificates of the certificate appendix.
+
+    Chapter 8's QK-norm grid with eps = 0 and eps = 1 (1 stands for every eps > 0), chapter 9's latent
+    layouts and scaled structures with eps = 0 and 1, then every layout of chapters 2 to 7 up to
+    ``max_d_model``, each at its chapter's seed and defaults (read from the chapter's parameters cell).
+    """
+    from attnid.mla import MLASpec
+
+    from .paths import repo_root
+    from .provenance import notebook_parameters
+
+    def defaults(chapter: str) -> dict[str, Any]:
+        return notebook_parameters(repo_root() / "chapters" / chapter)
+
+    modern, latent = defaults("07b_modern_attention.ipynb"), defaults("07c_latent_attention.ipynb")
+    cases: list[tuple[str, str, Any, int]] = [("QK-norm", "8", spec, modern["SEED"])
+                                               for spec in qk_norm(modern["D_MODEL"], 1.0)]
+    cases += [("latent", "9", MLASpec(norm_eps=eps, **layout), latent["SEED"])
+              for layout in (*MLA_LAYOUTS, *MLA_SCALED.values()) for eps in (0.0, 1.0)]
+    seen: set[tuple[AttentionSpec, int]] = set()
+    for notebook, build in CHAPTER_GRIDS.items():
+        params = notebook_parameters(repo_root() / notebook)
+        main, other = build(params)
+        for spec in main + other:
+            if spec.d_model <= max_d_model and (spec, params["SEED"]) not in seen:
+                seen.add((spec, params["SEED"]))
+                cases.append(("multi-head", notebook.split("/")[-1][:2].lstrip("0"), spec, params["SEED"]))
+    return cases
