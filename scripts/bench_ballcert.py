@@ -11,7 +11,6 @@ from experiments/ball_certificates.ipynb. A measurement of the machine that ran 
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -19,22 +18,12 @@ from pathlib import Path
 import torch
 
 from attnbook import grids
+from attnbook.machine import cpu_model
 from attnbook.provenance import write_csv
 from attnid import ballcert
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_ballcert.py"
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,6 @@ Writes data/bench/engine.csv (atomically, with a provenance sidecar). A measurem
 from __future__ import annotations
 
 import argparse
-import platform
 import resource
 import sys
 import tempfile
@@ -26,23 +25,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from attnbook.machine import cpu_model
 from attnbook.provenance import write_csv
 from attnid.spec import AttentionSpec, standard_layouts
 from attnid.verify import estimate_resources, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_engine.py"
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 REFERENCE_SIZE = 4096

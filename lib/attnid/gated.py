@@ -295,34 +295,23 @@ def hf_cross_check(spec: GatedSpec, seed: int = 0, seq_len: int = 8) -> Any:
     ``tangent_basis``); ``numeric`` is the nullity of the module's own float64 Jacobian.
     """
     from . import hf
-    from .jacobian import flatten, functional_rank, unflatten
     from .verify import default_inputs
 
     if spec.gate != "elementwise" or spec.base.qk_norm != "shared" or not spec.causal:
         raise ValueError("Qwen3-Next's layer has an elementwise gate, a shared QK-norm and a causal mask: "
                          "build its layout with qwen3_next_spec")
-    layer_ = _qwen3_next_layer(spec, torch.Generator().manual_seed(seed))
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(3, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
-    with hf.float64_kept():
-        weights = layer_.weights()
-        y = layer_.output(weights, x)
-        scale = float(y.abs().max())
-        params = layer_.to_attnid(weights)
-        same = float((forward(params, x, spec) - y).abs().max()) / scale
+
+    def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
         ungated = {k: v for k, v in params.items() if k not in GATE_PARAMS}
         moved = {**params, **symmetry.random_qk_norm_move(ungated, spec.base, gen, scale=0.5)}
         moved.update(_move_value_coordinates(moved, spec, gen))
-        change = float((layer_.output(layer_.from_attnid(moved), x) - y).abs().max()) / scale
-        basis = tangent_basis(params, spec)
-        _, across = symmetry.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
-        nudged = unflatten(flatten(params) + 1e-4 * across / across.norm(), params)
-        off = float((layer_.output(layer_.from_attnid(nudged), x) - y).abs().max()) / scale
-        inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
-                  for _ in range(default_inputs(spec.base, seq_len) + 4)]
-        decision = functional_rank(layer_.output, weights, inputs).require_clear()
-    return hf.CrossCheck("qwen3_next", spec, same, change, off, decision.n_params, count(spec).unidentified,
-                         decision.nullity)
+        return moved
+
+    layer_ = _qwen3_next_layer(spec, torch.Generator().manual_seed(seed))
+    with hf.float64_kept():
+        return hf.module_cross_check("qwen3_next", layer_, spec, lambda p, x: forward(p, x, spec),
+                                     lambda p: tangent_basis(p, spec), move, count(spec).unidentified, seed=seed,
+                                     seq_len=seq_len, n_inputs=default_inputs(spec.base, seq_len) + 4)
 
 
 def _move_value_coordinates(params: Params, spec: GatedSpec, gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.func import functional_call
@@ -455,28 +456,46 @@ def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 
     """Build the family's module (``attention_path`` as in ``build``) and test attnid's layer, symmetries and count against it."""
     from . import symmetry as sym
     from .counts import count
-    from .jacobian import flatten, functional_rank, unflatten
     from .layer import forward
     from .verify import default_inputs
 
-    layer = build(family, spec, seed, attention_path)
+    def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        moved = sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5))
+        return sym.random_qk_norm_move(moved, spec, gen, scale=0.5) if spec.has_qk_norm else moved
+
+    return module_cross_check(family, build(family, spec, seed, attention_path), spec,
+                              lambda p, x: forward(p, x, spec), lambda p: sym.orbit_tangent(p, spec), move,
+                              count(spec).unidentified, seed=seed, seq_len=seq_len,
+                              n_inputs=default_inputs(spec, seq_len) + 2)
+
+
+def module_cross_check(family: str, layer: HFLayer, spec: Any, forward: Callable[[Params, torch.Tensor], torch.Tensor],
+                       tangent_basis: Callable[[Params], torch.Tensor],
+                       move: Callable[[Params, torch.Generator], dict[str, torch.Tensor]], exact: int | None, *,
+                       seed: int, seq_len: int, n_inputs: int) -> CrossCheck:
+    """The comparison every family's cross-check makes between a transformers module and attnid's layer.
+
+    On three random inputs (errors relative to the output's size): ``same_function``, attnid's
+    ``forward`` against the module with the same weights; ``symmetry_change``, the module after a
+    finite ``move`` of attnid's parameters; ``off_orbit_change``, after a 1e-4 step orthogonal to
+    ``tangent_basis``. ``numeric`` is the nullity of the module's own float64 Jacobian on
+    ``n_inputs`` inputs. The draws come from one generator seeded ``seed + 1``, in that order.
+    """
+    from .jacobian import flatten, functional_rank, unflatten
+    from .symmetry import split_direction
+
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(3, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
     weights = layer.weights()
     y = layer.output(weights, x)
     scale = float(y.abs().max())
     params = layer.to_attnid(weights)
-    same = float((forward(params, x, spec) - y).abs().max()) / scale
-    moved = sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5))
-    if spec.has_qk_norm:
-        moved = sym.random_qk_norm_move(moved, spec, gen, scale=0.5)
-    symmetry_change = float((layer.output(layer.from_attnid(moved), x) - y).abs().max()) / scale
-    basis = sym.orbit_tangent(params, spec)
-    _, across = sym.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
+    same = float((forward(params, x) - y).abs().max()) / scale
+    change = float((layer.output(layer.from_attnid(move(params, gen)), x) - y).abs().max()) / scale
+    basis = tangent_basis(params)
+    _, across = split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
     nudged = unflatten(flatten(params) + 1e-4 * across / across.norm(), params)
     off = float((layer.output(layer.from_attnid(nudged), x) - y).abs().max()) / scale
-    inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
-              for _ in range(default_inputs(spec, seq_len) + 2)]
+    inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64) for _ in range(n_inputs)]
     decision = functional_rank(layer.output, weights, inputs).require_clear()
-    return CrossCheck(family, spec, same, symmetry_change, off, decision.n_params, count(spec).unidentified,
-                      decision.nullity)
+    return CrossCheck(family, spec, same, change, off, decision.n_params, exact, decision.nullity)

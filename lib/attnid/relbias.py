@@ -291,31 +291,20 @@ def hf_cross_check(spec: RelativeBiasSpec, seed: int = 0) -> Any:
     nullity of the module's own float64 Jacobian.
     """
     from . import hf
-    from .jacobian import flatten, functional_rank, unflatten
     from .verify import default_inputs
 
+    def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        base_params = {k: v for k, v in params.items() if k != TABLE}
+        moved = symmetry.apply_group(base_params, spec.base, symmetry.random_group_element(spec.base, gen, scale=0.5))
+        shifts = torch.randn(spec.heads, 1, generator=gen, dtype=torch.float64)
+        seen = torch.isin(torch.arange(spec.buckets), torch.tensor(seen_buckets(spec)))
+        return {**moved, TABLE: params[TABLE] + shifts * seen}
+
     n = count_length(spec)
-    layer_ = _t5_layer(spec, torch.Generator().manual_seed(seed))
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(3, n, spec.d_model, generator=gen, dtype=torch.float64)
-    weights = layer_.weights()
-    y = layer_.output(weights, x)
-    scale = float(y.abs().max())
-    params = layer_.to_attnid(weights)
-    same = float((forward(params, x, spec) - y).abs().max()) / scale
-    base_params = {k: v for k, v in params.items() if k != TABLE}
-    moved = symmetry.apply_group(base_params, spec.base, symmetry.random_group_element(spec.base, gen, scale=0.5))
-    shifts = torch.randn(spec.heads, 1, generator=gen, dtype=torch.float64)
-    moved[TABLE] = params[TABLE] + shifts * torch.isin(torch.arange(spec.buckets), torch.tensor(seen_buckets(spec)))
-    change = float((layer_.output(layer_.from_attnid(moved), x) - y).abs().max()) / scale
-    basis = tangent_basis(params, spec)
-    _, across = symmetry.split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
-    nudged = unflatten(flatten(params) + 1e-4 * across / across.norm(), params)
-    off = float((layer_.output(layer_.from_attnid(nudged), x) - y).abs().max()) / scale
-    inputs = [torch.randn(1, n, spec.d_model, generator=gen, dtype=torch.float64)
-              for _ in range(default_inputs(spec.base, n) + 4)]
-    decision = functional_rank(layer_.output, weights, inputs).require_clear()
-    return hf.CrossCheck("t5", spec, same, change, off, decision.n_params, count(spec).unidentified, decision.nullity)
+    return hf.module_cross_check("t5", _t5_layer(spec, torch.Generator().manual_seed(seed)), spec,
+                                 lambda p, x: forward(p, x, spec), lambda p: tangent_basis(p, spec), move,
+                                 count(spec).unidentified, seed=seed, seq_len=n,
+                                 n_inputs=default_inputs(spec.base, n) + 4)
 
 
 def example() -> RelativeBiasSpec:
