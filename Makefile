@@ -16,6 +16,11 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 DEVICE      ?= cpu
 ARGS        ?=
+JOBS        ?=
+# the worker processes of the experiments' sweeps (attnid.sweep); empty: every local core
+ifneq ($(strip $(JOBS)),)
+export ATTNID_JOBS := $(JOBS)
+endif
 BOOK_FLAGS  := -W -n --keep-going
 
 # The venv's bin first, so the Jupyter kernel that papermill and nbval start is the venv's Python.
@@ -47,7 +52,7 @@ reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with pa
 compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per data file and notebook, identical or how it differs (ARGS="--all --perturbed --only ...")
 	$(PY) scripts/compare.py $(ARGS)
 
-experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/)
+experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/; JOBS=n workers)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
 test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook, a warning-free book build, then every page in a browser

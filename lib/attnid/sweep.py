@@ -1,0 +1,86 @@
+"""Independent runs of a sweep fanned out over processes with joblib, results in task order.
+
+A sweep is a list of tasks (plain, picklable values) and a module-level function that turns one task
+into one result. Every run is seeded by its task alone, and ``run_sweep`` returns the results in the
+order of the tasks, so the data a sweep writes do not depend on the number of workers, nor on which
+worker ran what. Each worker runs torch on ``threads`` threads (1 by default: the runs of the book's
+experiments are small matrices, and one thread per run keeps a run's arithmetic the same whatever the
+worker count).
+
+``jobs=1`` runs in this process without joblib. ``jobs=-1`` uses every local core. Any other joblib
+backend works through ``backend``: on a Dask cluster, create a ``distributed.Client`` and pass
+``backend="dask"`` (with the default ``jobs=1``, every worker of the cluster is used), and the same
+sweep runs on the cluster's workers unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+
+def check_jobs(jobs: int) -> int:
+    """The number of worker processes ``jobs`` asks for: a positive int, or -1 for every local core."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not (jobs == -1 or jobs >= 1):
+        raise ValueError(f"jobs must be a positive integer or -1 (every core), got {jobs!r}")
+    return (os.cpu_count() or 1) if jobs == -1 else jobs
+
+
+JOBS_VARIABLE = "ATTNID_JOBS"  # the environment's worker count for a sweep (``make experiments JOBS=2`` sets it)
+
+
+def environment_jobs(default: int = -1) -> int:
+    """The worker count ``ATTNID_JOBS`` asks for (a positive integer, or -1 for every core), else ``default``.
+
+    The experiments read their worker count here rather than from a notebook parameter: their data do not
+    depend on it, so it is no part of what the data's provenance records.
+    """
+    text = os.environ.get(JOBS_VARIABLE, "").strip()
+    if not text:
+        return default
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise ValueError(f"{JOBS_VARIABLE} must be a positive integer or -1 (every core), got {text!r}") from None
+    check_jobs(jobs)
+    return jobs
+
+
+def _run_one(fn: Callable[[Any], Any], task: Any, threads: int) -> Any:
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return fn(task)
+
+
+def _progress(results: Iterable[Result], total: int, desc: str | None, progress: bool) -> Iterable[Result]:
+    if not progress:
+        return results
+    from tqdm.auto import tqdm
+
+    return tqdm(results, total=total, desc=desc)
+
+
+def run_sweep(fn: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int = 1, backend: str | None = None,
+              threads: int = 1, progress: bool = False, desc: str | None = None) -> list[Result]:
+    """``[fn(t) for t in tasks]``, computed by ``jobs`` workers (or a joblib ``backend``), in task order.
+
+    ``fn`` must be importable by the workers (a module-level function), and the tasks picklable.
+    """
+    workers = check_jobs(jobs)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    tasks = list(tasks)
+    if workers == 1 and backend is None:
+        return [_run_one(fn, t, threads) for t in _progress(tasks, len(tasks), desc, progress)]
+    import joblib
+
+    # parallel_config, not Parallel(backend=...): it is what registers joblib's external backends (dask)
+    with joblib.parallel_config(backend=backend or "loky", n_jobs=-1 if backend and jobs == 1 else workers):
+        results = joblib.Parallel(return_as="generator")(joblib.delayed(_run_one)(fn, t, threads) for t in tasks)
+        return list(_progress(results, len(tasks), desc, progress))

@@ -1,0 +1,57 @@
+"""attnid.sweep: results in task order and byte-identical whatever the number of workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnid.sweep import check_jobs, run_sweep
+
+
+def _small_run(seed: int) -> str:
+    """A seeded torch computation with a reduction, formatted at full precision."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(40, 40, generator=g, dtype=torch.float64)
+    return f"{seed} {float((a @ a.T).logsumexp(0).sum()):.17g} {torch.get_num_threads()}"
+
+
+def test_order_and_values_do_not_depend_on_the_worker_count():
+    tasks = [5, 3, 8, 1, 2, 9]
+    one = run_sweep(_small_run, tasks, jobs=1)
+    two = run_sweep(_small_run, tasks, jobs=2)
+    assert one == two
+    assert [int(r.split()[0]) for r in one] == tasks
+    assert all(r.endswith(" 1") for r in two)  # one torch thread per worker
+
+
+def test_bad_worker_counts_are_refused():
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="jobs must be"):
+            check_jobs(bad)
+    with pytest.raises(ValueError, match="threads must be"):
+        run_sweep(_small_run, [1], threads=0)
+    assert check_jobs(-1) >= 1
+
+
+@pytest.mark.slow
+def test_the_same_sweep_on_a_local_dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    tasks = [4, 0, 7]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        on_dask = run_sweep(_small_run, tasks, backend="dask")
+    assert on_dask == run_sweep(_small_run, tasks, jobs=1)
+
+
+def test_the_worker_count_from_the_environment(monkeypatch):
+    from attnid.sweep import JOBS_VARIABLE, environment_jobs
+
+    monkeypatch.delenv(JOBS_VARIABLE, raising=False)
+    assert environment_jobs() == -1 and environment_jobs(default=3) == 3
+    monkeypatch.setenv(JOBS_VARIABLE, " 2 ")
+    assert environment_jobs() == 2
+    for bad in ("two", "0", "1.5", "-3"):
+        monkeypatch.setenv(JOBS_VARIABLE, bad)
+        with pytest.raises(ValueError, match=JOBS_VARIABLE if bad in ("two", "1.5") else "jobs must be"):
+            environment_jobs()
