@@ -297,3 +297,62 @@ def test_a_strided_or_expanded_sink_gives_the_reference_result(layout) -> None:
     ref = sink.detach().double().clone().requires_grad_(True)
     attention(q.double(), k.double(), v.double(), backend="reference", causal=True, sink=ref).sum().backward()
     assert float((grad.double() - ref.grad).abs().max()) < 1e-4
+
+
+# ---- every torch.func transform and second order (issue 30): the peer's kinds of tests
+
+
+def _loss(backend: str, kw: dict):
+    """A scalar loss of (q, k, v, sink) through the attention, nonlinear in the output."""
+    return lambda q, k, v, s: (attention(q, k, v, sink=s, backend=backend, **kw) ** 2).sum() / 2
+
+
+TRANSFORM_CASES = [C(7, 2, 1, True, 1.0, True, 16, 16), C(5, 2, 2, False, 0.25, False, 16, 24)]
+
+
+@pytest.mark.parametrize("case", TRANSFORM_CASES, ids=case_id)
+def test_func_grad_and_vmap_of_grad_match_float64(case: Case, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen, batch=1)
+    args = [x[n] for n in ("q", "k", "v", "sink")]
+    argnums = (0, 1, 2, 3) if case.sink else (0, 1, 2)
+    expected = torch.func.grad(_loss("reference", kw), argnums=argnums)(*(a.double() if a is not None else None for a in args))
+    got = torch.func.grad(_loss("triton", kw), argnums=argnums)(*args)
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert_close(a, b, f"grad, argument {i}")
+    stack = torch.randn(3, *x["q"].shape, generator=gen).to(DEVICE)
+    per_q = torch.func.vmap(torch.func.grad(_loss("triton", kw)), in_dims=(0, None, None, None))(stack, *args[1:])
+    for i in range(3):
+        ref = torch.func.grad(_loss("reference", kw))(stack[i].double(), *(a.double() if a is not None else None
+                                                                            for a in args[1:]))
+        assert_close(per_q[i], ref, f"vmap(grad), slice {i}")
+
+
+@pytest.mark.parametrize("case", TRANSFORM_CASES, ids=case_id)
+def test_hessian_vector_products_and_double_backward_match_float64(case: Case, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen, batch=1)
+    names = ("q", "k", "v", "sink") if case.sink else ("q", "k", "v")
+    primals = tuple(x[n] for n in names)
+    directions = tuple(torch.randn(p.shape, generator=gen).to(DEVICE) for p in primals)
+
+    def loss(backend):
+        full = _loss(backend, kw)
+        return (lambda q, k, v, s: full(q, k, v, s)) if case.sink else (lambda q, k, v: full(q, k, v, None))
+
+    argnums = tuple(range(len(names)))
+    hvp = lambda backend, ps, ts: torch.func.jvp(torch.func.grad(loss(backend), argnums=argnums), ps, ts)[1]
+    expected = hvp("reference", tuple(p.double() for p in primals), tuple(t.double() for t in directions))
+    got = hvp("triton", primals, directions)  # forward over reverse
+    for name, a, b in zip(names, got, expected, strict=True):
+        assert_close(a, b, f"jvp(grad) along d{name}")
+    leaves = [p.clone().requires_grad_() for p in primals]
+    grads = torch.autograd.grad(loss("triton")(*leaves), leaves, create_graph=True)
+    second = torch.autograd.grad(sum((g * t).sum() for g, t in zip(grads, directions)), leaves)  # reverse over reverse
+    for name, a, b in zip(names, second, expected, strict=True):
+        assert_close(a, b, f"double backward along d{name}")
+
+
+def test_hessian_of_the_kernels_matches_float64(gen: torch.Generator) -> None:
+    x, kw = draw(C(3, 1, 1, True, 1.0, False, 16, 16), gen, batch=1)
+    fn = lambda backend, k, v: (lambda q: _loss(backend, kw)(q, k, v, None))
+    expected = torch.func.hessian(fn("reference", x["k"].double(), x["v"].double()))(x["q"].double())
+    assert_close(torch.func.hessian(fn("triton", x["k"], x["v"]))(x["q"]), expected, "hessian d2 loss / dq2")

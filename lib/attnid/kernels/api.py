@@ -4,7 +4,9 @@ Three custom operators wrap the kernel launches (forward, forward-mode tangent, 
 a vmap rule that folds the vmapped dimension into the batch dimension, so `torch.func.vmap`,
 `jacfwd` and `jacrev` reach the kernels as one launch. `_FlashAttention` (an autograd.Function)
 supplies the derivatives: `backward` for reverse mode, `jvp` for forward mode (the fused tangent
-kernel), and lets torch generate its vmap rule from those operators.
+kernel), and lets torch generate its vmap rule from those operators. Its backward is a function of its
+own, `_FlashBackward`, so that `torch.func.grad` composes; the derivatives of that backward (second
+order) go through the PyTorch reference, at the reference's O(B H N^2) memory.
 """
 
 from __future__ import annotations
@@ -223,13 +225,8 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, _d_lse):  # type: ignore[override]
         q, k, v, sink, out, lse = ctx.saved_tensors
-        p = ctx.settings
-        dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, p.causal, p.rope_dims, p.rope_base, p.scale)
-        d_sink = None
-        if sink is not None and ctx.needs_input_grad[3]:
-            # d out_i / d sink = -p_sink_i out_i, so dL/dsink_h = -sum_{b,i} p_sink_i delta_i
-            d_sink = -(_sink_weight(sink, lse) * delta).sum(dim=(0, 2)).to(sink.dtype)
-        return dq, dk, dv, d_sink, None
+        dq, dk, dv, d_sink = _FlashBackward.apply(q, k, v, sink, d_out, out.detach(), lse.detach(), ctx.settings)
+        return dq, dk, dv, d_sink if sink is not None and ctx.needs_input_grad[3] else None, None
 
     @staticmethod
     def jvp(ctx, tq, tk, tv, t_sink, _settings):  # type: ignore[override]
@@ -240,6 +237,71 @@ class _FlashAttention(torch.autograd.Function):
         if sink is not None and t_sink is not None:
             t_out = t_out - (_sink_weight(sink, lse)[..., None] * out * t_sink[:, None, None]).to(t_out.dtype)
         return t_out, None
+
+
+class _FlashBackward(torch.autograd.Function):
+    """(dq, dk, dv, d_sink) = the vector-Jacobian product of attention with d_out, by the Triton backward kernels.
+
+    It is a function of (q, k, v, sink, d_out) of its own, so that every torch.func transform composes with
+    ``_FlashAttention`` (``grad``, ``vmap(grad)``, ``jacrev``). Its own derivatives, which second-order use needs
+    (``hessian``, ``jvp(grad(f))``, double backward), are taken through the PyTorch reference: the backward pass
+    is recomputed there and differentiated, in the reference's memory, O(B H N^2) per call (the score matrix),
+    not the kernels' O(B H N). ``out`` and ``lse`` are the forward pass's results, passed detached: the
+    reference recomputes their dependence on the inputs.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(q, k, v, sink, d_out, out, lse, settings: CallSettings):  # type: ignore[override]
+        p = settings
+        dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, p.causal, p.rope_dims, p.rope_base, p.scale)
+        # d out_i / d sink = -p_sink_i out_i, so dL/dsink_h = -sum_{b,i} p_sink_i delta_i
+        d_sink = None if sink is None else -(_sink_weight(sink, lse) * delta).sum(dim=(0, 2)).to(sink.dtype)
+        return dq, dk, dv, d_sink
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[override]
+        q, k, v, sink, d_out, _out, _lse, settings = inputs
+        ctx.settings = settings
+        ctx.save_for_backward(q, k, v, sink, d_out)
+        ctx.save_for_forward(q, k, v, sink, d_out)
+
+    @staticmethod
+    def backward(ctx, g_dq, g_dk, g_dv, g_sink):  # type: ignore[override]
+        q, k, v, sink, d_out = ctx.saved_tensors
+        primals, first = _reference_backward(q, k, v, sink, d_out, ctx.settings)
+        cotangents = tuple(torch.zeros_like(x) if g is None else g for x, g in
+                           zip(first(*primals), (g_dq, g_dk, g_dv, g_sink)))
+        grads = torch.func.vjp(first, *primals)[1](cotangents)
+        sink_grad = grads[3] if sink is not None else None
+        return grads[0], grads[1], grads[2], sink_grad, grads[-1], None, None, None
+
+    @staticmethod
+    def jvp(ctx, tq, tk, tv, t_sink, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
+        q, k, v, sink, d_out = ctx.saved_tensors
+        primals, first = _reference_backward(q, k, v, sink, d_out, ctx.settings)
+        given = (tq, tk, tv) + ((t_sink,) if sink is not None else ()) + (t_dout,)
+        tangents = tuple(torch.zeros_like(x) if t is None else t for x, t in zip(primals, given))
+        t_first = torch.func.jvp(first, primals, tangents)[1]
+        return (*t_first[:3], t_first[3] if sink is not None else None)
+
+
+def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+                        d_out: torch.Tensor, p: CallSettings) -> tuple[tuple[torch.Tensor, ...], Callable]:
+    """The backward map (q, k, v[, sink], d_out) -> (dq, dk, dv, d_sink or None) through the PyTorch reference,
+    as a differentiable function of its primals, with those primals."""
+
+    def first(*args: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        *inputs, cotangent = args
+        def forward(*x: torch.Tensor) -> torch.Tensor:
+            return reference_attention(x[0], x[1], x[2], causal=p.causal, rope_dims=p.rope_dims, rope_base=p.rope_base,
+                                       sink=x[3] if len(x) == 4 else None, scale=p.scale)
+        grads = torch.func.vjp(forward, *inputs)[1](cotangent)
+        return (*grads[:3], grads[3] if len(grads) == 4 else torch.zeros(()))
+
+    primals = (q, k, v) + ((sink,) if sink is not None else ()) + (d_out,)
+    return primals, first
 
 
 def _sink_weight(sink: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -263,7 +325,9 @@ def attention(
     positions 0..N-1, frequencies rope_base^(-2i/r)). `sink` (H,) adds exp(sink_h) to each row's
     softmax denominator. `scale` defaults to 1/sqrt(D). backend: 'triton' (CUDA, or the CPU
     interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
-    Differentiable in reverse mode (`backward`) and forward mode (`torch.func.jvp`, `jacfwd`).
+    Differentiable in reverse mode (`backward`, `torch.func.grad`), forward mode (`torch.func.jvp`, `jacfwd`) and to
+    second order (`hessian`, `jvp(grad(f))`, double backward; the second derivative through the reference, in its
+    O(B H N^2) memory).
     """
     settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
     if choose_backend(backend, q, v) == "reference":
