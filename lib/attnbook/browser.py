@@ -11,6 +11,8 @@ reports a ``Problem`` for each of:
 - an image that did not load (``image``);
 - content wider than the text column that is not inside a horizontal scroll container, or a
   page that scrolls sideways (``overflow``);
+- a figure wider than the text column, even inside a scroll container: part of it is out of
+  sight until the reader scrolls (``figure``);
 - a link to a local file that does not exist (``link``).
 
 Desktop (1280 px, light) and phone (390 px, dark) widths; a full-page screenshot of each is
@@ -44,7 +46,7 @@ class Problem:
 
     page: str
     width: str
-    kind: str  # console | network | math | image | overflow | link
+    kind: str  # console | network | math | image | overflow | figure | link
     detail: str
 
     def __str__(self) -> str:
@@ -131,6 +133,12 @@ async () => {
     reported.add(outer);
     found.push(['overflow', `${describe(outer)} spans ${Math.round(outer.getBoundingClientRect().width)} px ` +
                             `in a ${Math.round(right - left)} px column without a scroll container`]);
+  }
+  for (const img of column.querySelectorAll('figure img')) {
+    const w = img.getBoundingClientRect().width;
+    if (w > right - left + 1)
+      found.push(['figure', `${describe(img.closest('figure'))} is ${Math.round(w)} px wide in a ` +
+                            `${Math.round(right - left)} px column: part of it is out of sight`]);
   }
   if (document.documentElement.scrollWidth > window.innerWidth + 1)
     found.push(['overflow', `the page scrolls sideways (${document.documentElement.scrollWidth} px wide ` +

@@ -85,3 +85,17 @@ def test_a_missing_image_a_network_request_and_a_dead_link_fail(html_root: Path,
     assert any("no-such-figure" in d for d in found.get("image", [])), found
     assert any("example.org" in d for d in found.get("network", [])), found
     assert any(d.endswith("prf-prf.html") for d in found.get("link", [])), found
+
+
+def test_a_figure_wider_than_the_column_fails_even_in_a_scroll_box(html_root: Path, broken) -> None:  # noqa: ANN001
+    svg = next((html_root / "_images").glob("*.svg")).name
+    html = (f'<figure id="probe-wide" style="overflow-x: auto"><img src="_images/{svg}" alt="wide" '
+            f'style="min-width: 1600px; max-width: none"></figure>')
+    found = kinds(html_root, broken("figure", html))
+    assert any("probe-wide" in d for d in found.get("figure", [])), found
+
+
+def test_a_figure_fits_the_phone_and_opens_at_full_size(html_root: Path, broken) -> None:  # noqa: ANN001
+    svg = next((html_root / "_images").glob("*.svg")).name
+    page = broken("phonefigure", f'<figure id="probe-fits"><img src="_images/{svg}" alt="fits"></figure>')
+    assert not [p for p in check_book(html_root, [page], widths=WIDTHS) if p.kind in ("figure", "overflow")]
