@@ -1,0 +1,391 @@
+"""Chapter 13's report on the real-text runs: shares per part of the orbit, drift, the dead key bias, rebalancing.
+
+The runs are ``experiments/real_text.ipynb``'s (``data/experiments/real_text_*.csv``); no experiment
+imports this module, so editing it never makes their data stale. Every interval is the seeded
+percentile bootstrap of a median (``attnid.stats.median_interval``) at the chapter's level; a
+paired comparison is ``attnid.stats.paired_summary``. Each ``*_findings`` function returns the values
+the prose glues (an interval ``name`` comes with ``name-low`` and ``name-high``); the chapter
+asserts what it says in words.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from attnid import stats
+
+from .tables import markdown_table
+
+NAMES = ("corpus", "loss", "shares", "drift", "key_bias")  # the tables: data/experiments/real_text_<name>.csv
+KIND_LABELS = {"total": "whole orbit", "query_key": "GL(d_k) part", "value_output": "GL(d_v) part",
+               "key_bias": "key-bias shift", "value_bias": "b_V/b_O trade"}
+OPTIMISERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "SGD with momentum"}
+RUN_FIELDS = ("STEPS", "LAYERS", "D_MODEL", "HEADS", "KV_HEADS", "SEQ_LEN", "BATCH", "LR", "WEIGHT_DECAY",
+              "BALANCE_EVERY", "SHARES_EVERY", "MEASURE_EVERY", "VAL_WINDOWS", "TIE_NATS")
+
+Row = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """The chapter's bootstrap: its level and number of resamples."""
+
+    level: float = 0.95
+    resamples: int = 10_000
+
+    def interval(self, values: Sequence[float]) -> tuple[float, float, float]:
+        """(median, low, high): the median of ``values`` and its percentile bootstrap interval."""
+        low, high = stats.median_interval(values, level=self.level, n_boot=self.resamples)
+        return float(np.median(values)), low, high
+
+    def findings(self, name: str, values: Sequence[float]) -> dict[str, float]:
+        """``name``, ``name-low``, ``name-high``: the median and its interval, for the prose."""
+        med, low, high = self.interval(values)
+        return {name: med, name + "-low": low, name + "-high": high}
+
+    def paired(self, a: Sequence[float], b: Sequence[float], tie: float = 0.0) -> stats.PairedSummary:
+        """a minus b, paired by seed."""
+        return stats.paired_summary(a, b, tie=tie, level=self.level, n_boot=self.resamples)
+
+
+def setup_findings(corpus: Row, run: Mapping[str, Any], boot: Bootstrap) -> dict[str, Any]:
+    """The corpus and the run's settings, as the prose names them."""
+    found: dict[str, Any] = {
+        "rt-package": corpus["package"], "rt-version": corpus["version"], "rt-files": int(corpus["files"]),
+        "rt-mbytes": int(corpus["bytes"]) / 1e6, "rt-val-mbytes": int(corpus["validation_bytes"]) / 1e6,
+        "rt-sha": corpus["sha256"][:16], "rt-seeds": len(run["SEEDS"]), "rt-f64-seeds": run["FLOAT64_SEEDS"]}
+    found |= {"rt-" + key.lower().replace("_", "-"): run[key] for key in RUN_FIELDS}
+    return found | {"rt-optimiser": OPTIMISERS[run["OPTIMISER"]],
+                    "rt-rope-dims": int(run["ROPE_FRACTION"] * run["D_MODEL"] // run["HEADS"]),
+                    "rt-head-dim": run["D_MODEL"] // run["HEADS"], "rt-level": round(100 * boot.level)}
+
+
+# ---------------------------------------------------------------- shares per part of the orbit
+
+
+Part = tuple[int, str]  # (layer, kind)
+
+
+@dataclass
+class Shares:
+    """Every measured share, of plain training and of the optimiser fed random gradients (the baseline)."""
+
+    plain: dict[Part, list[tuple[int, int, float]]] = field(default_factory=lambda: defaultdict(list))  # (seed, step, share)
+    noise: dict[Part, list[tuple[int, int, float]]] = field(default_factory=lambda: defaultdict(list))
+    chance: dict[Part, float] = field(default_factory=dict)
+    orbit_dim: dict[str, int] = field(default_factory=dict)  # kind -> u
+    parameters: int = 0
+
+    @property
+    def steps(self) -> list[int]:
+        """The measured steps."""
+        return sorted({s for v in self.plain.values() for _, s, _ in v})
+
+    @property
+    def later(self) -> list[int]:
+        """The measured steps after step 0 (Adam's first step is sign(g) x lr: shown, not pooled)."""
+        return [s for s in self.steps if s > 0]
+
+    def parts(self, layers: int) -> list[Part]:
+        """The (layer, kind) parts that were measured, layer by layer in KIND_LABELS order."""
+        return [(layer, kind) for layer in range(layers) for kind in KIND_LABELS if (layer, kind) in self.plain]
+
+    def seed_medians(self, part: Part, noise: bool = False) -> np.ndarray:
+        """Per seed, the median share over the later steps (of plain training, or of the noise-fed arm)."""
+        by_seed: dict[int, list[float]] = defaultdict(list)
+        for seed, step, value in (self.noise if noise else self.plain)[part]:
+            if step > 0:
+                by_seed[seed].append(value)
+        return np.array([np.median(by_seed[s]) for s in sorted(by_seed)])
+
+    def curves(self, part: Part, seeds: Sequence[int], noise: bool = False) -> np.ndarray:
+        """seeds x steps: every share along training."""
+        rows = sorted((self.noise if noise else self.plain)[part])
+        return np.array([[v for s, _, v in rows if s == seed] for seed in seeds])
+
+
+def read_shares(table: Sequence[Row]) -> Shares:
+    """The shares table, checked to have one orbit dimension per kind and one parameter count."""
+    sh, dims, params = Shares(), defaultdict(set), set()
+    for r in table:
+        part = (int(r["layer"]), r["kind"])
+        arm = {"plain": sh.plain, "random-gradient": sh.noise}[r["arm"]]
+        arm[part].append((int(r["seed"]), int(r["step"]), float(r["share"])))
+        sh.chance[part] = float(r["chance"])
+        dims[r["kind"]].add(int(r["orbit_dim"]))
+        params.add(int(r["params"]))
+    if len(params) != 1 or any(len(v) != 1 for v in dims.values()):
+        raise ValueError(f"the orbit dimension or parameter count differs between rows: {params}, {dict(dims)}")
+    if set(sh.noise) != set(sh.plain):
+        raise ValueError("every (layer, part) needs its random-gradient baseline")
+    sh.orbit_dim = {k: v.pop() for k, v in dims.items()}
+    sh.parameters = params.pop()
+    return sh
+
+
+def _tag(prefix: str, part: Part) -> str:
+    return f"{prefix}-{part[0]}-{part[1].replace('_', '-')}"
+
+
+def share_findings(sh: Shares, layers: int, boot: Bootstrap) -> tuple[dict[str, Any], dict[Part, stats.PairedSummary]]:
+    """The glued share values (per part: against chance and against the noise-fed arm), and plain minus noise-fed."""
+    parts = sh.parts(layers)
+    found: dict[str, Any] = {"rt-p": sh.parameters} | {f"rt-u-{k}": u for k, u in sh.orbit_dim.items()}
+    vs_noise = {}
+    for part in parts:
+        med, fed, chance = sh.seed_medians(part), sh.seed_medians(part, noise=True), sh.chance[part]
+        s = vs_noise[part] = boot.paired(med, fed)  # wins: the real update's share is lower
+        tag, ntag = _tag("rt-share", part), _tag("rt-noise", part)
+        found |= boot.findings(tag, med) | {tag + "-chance": chance, tag + "-ratio": float(np.median(med)) / chance,
+                                            tag + "-below": int((med < chance).sum())}
+        found |= boot.findings(ntag, fed) | {ntag + "-ratio": float(np.median(fed)) / chance,
+                                             ntag + "-diff": s.median_difference, ntag + "-diff-low": s.low,
+                                             ntag + "-diff-high": s.high, ntag + "-lower": s.wins}
+    below = sum(bool((sh.seed_medians(p) < sh.chance[p]).all()) for p in parts)
+    above = sum(bool((sh.seed_medians(p) > sh.chance[p]).all()) for p in parts)
+    first = np.array([v for layer in range(layers) for _, s, v in sh.plain[layer, "total"] if s == 0])
+    later = sh.later
+    found |= {"rt-share-combos": len(parts), "rt-share-all-below": below, "rt-share-all-above": above,
+              "rt-share-verdict": "below" if below == len(parts) else "above" if above == len(parts) else "on both sides of",
+              "rt-share-steps": len(later), "rt-share-first": later[0], "rt-share-last": later[-1],
+              "rt-share-step0-min": float(first.min()), "rt-share-step0-max": float(first.max()),
+              "rt-noise-n": next(iter(vs_noise.values())).n,
+              "rt-noise-below": sum(s.high < 0 for s in vs_noise.values()),
+              "rt-noise-above": sum(s.low > 0 for s in vs_noise.values())}
+    ratios = noise_ratios(sh, layers)
+    return found | {"rt-noise-ratio-min": min(ratios), "rt-noise-ratio-max": max(ratios)}, vs_noise
+
+
+def noise_ratios(sh: Shares, layers: int) -> list[float]:
+    """Per part, the noise-fed arm's median share over its chance level (1: at chance)."""
+    return [float(np.median(sh.seed_medians(p, noise=True))) / sh.chance[p] for p in sh.parts(layers)]
+
+
+def shares_markdown(sh: Shares, vs_noise: Mapping[Part, stats.PairedSummary]) -> str:
+    """Per layer and part: the share against chance and against the noise-fed arm."""
+    body = []
+    for part, s in vs_noise.items():
+        med, fed, chance = sh.seed_medians(part), sh.seed_medians(part, noise=True), sh.chance[part]
+        body.append([str(part[0]), KIND_LABELS[part[1]], f"{np.median(med):.3f}", f"{chance:.3f}",
+                     f"{(med < chance).sum()}/{len(med)}", f"{np.median(fed):.3f} ({np.median(fed) / chance:.2f} x chance)",
+                     f"{s.median_difference:+.4f} [{s.low:+.4f}, {s.high:+.4f}]", f"{s.wins}/{s.n}"])
+    header = ["layer", "part", "median share", "chance", "seeds below chance", "noise-fed median share",
+              "plain minus noise-fed: median [interval]", "seeds plain lower"]
+    return markdown_table(header, body, right=(0, 2, 3))
+
+
+def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
+    """Left: the whole orbit's share along training, every seed. Right: each part's median share per seed."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    ax = axes[0]
+    for layer in range(layers):
+        part, steps = (layer, "total"), np.array(sh.steps) + 4 * layer
+        vals = sh.curves(part, seeds)
+        ax.plot(np.repeat(steps[None], len(seeds), 0).ravel(), vals.ravel(), ".", color=f"C{layer}", alpha=0.35, ms=4)
+        ax.plot(steps, np.median(vals, 0), "-", color=f"C{layer}", lw=1.5, label=f"layer {layer}, median")
+        ax.plot(steps, np.median(sh.curves(part, seeds, noise=True), 0), ":", color=f"C{layer}", lw=1.5,
+                label=f"layer {layer}, random gradients, median")
+        ax.axhline(sh.chance[part], color=f"C{layer}", ls="--", lw=1,
+                   label=f"chance sqrt(u/P) = {sh.chance[part]:.3f}" if layer == 0 else None)
+    ax.set(xlabel="step", ylabel="invisible share of the update")
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("whole orbit, every seed", fontsize=9)
+    ax = axes[1]
+    kinds = [k for k in KIND_LABELS if (0, k) in sh.plain]
+    for layer in range(layers):
+        for i, kind in enumerate(kinds):
+            med, fed, x = sh.seed_medians((layer, kind)), sh.seed_medians((layer, kind), noise=True), i + (layer - 0.5) * 0.3
+            ax.plot(np.full(len(med), x), med, "o", color=f"C{layer}", ms=3, alpha=0.6,
+                    label=f"layer {layer}, one dot per seed" if i == 0 else None)
+            ax.plot(np.full(len(fed), x), fed, "^", mfc="none", color=f"C{layer}", ms=3, alpha=0.6,
+                    label=f"layer {layer}, random gradients" if i == 0 else None)
+            ax.plot([x - 0.12, x + 0.12], [sh.chance[layer, kind]] * 2, "k-", lw=1.5,
+                    label="chance" if (i, layer) == (0, 0) else None)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds], rotation=20, fontsize=8)
+    ax.set_ylabel("median share over steps > 0")
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("each part of the orbit", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- drift of the conserved quantities
+
+DRIFT_COLUMNS = ("c_qk", "c_vo", "gram_qk", "gram_vo", "c_qk_beyond_decay", "c_vo_beyond_decay",
+                 "gram_qk_beyond_decay", "gram_vo_beyond_decay")
+Run = tuple[str, int, int]  # (dtype, seed, layer)
+
+
+def read_steps(table: Sequence[Row], columns: Sequence[str]) -> dict[Run, dict[int, tuple[float, ...]]]:
+    """(dtype, seed, layer) -> {step: the values of ``columns``}."""
+    out: dict[Run, dict[int, tuple[float, ...]]] = defaultdict(dict)
+    for r in table:
+        out[r["dtype"], int(r["seed"]), int(r["layer"])][int(r["step"])] = tuple(float(r[k]) for k in columns)
+    return out
+
+
+def last_step(by_run: Mapping[Run, Mapping[int, Any]]) -> int:
+    """The last measured step (the same in every run)."""
+    return max(next(iter(by_run.values())))
+
+
+def drift_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int],
+                   layers: int, boot: Bootstrap) -> tuple[dict[str, Any], str]:
+    """The final drift of C_QK and C_VO per layer, raw and beyond weight decay, over its Gram matrices' drift."""
+    last = last_step(drift)
+    found: dict[str, Any] = {"rt-drift-step": last + 1}
+    ratios, body = [], []
+    for layer in range(layers):
+        finals = np.array([drift[dtype, seed, layer][last] for seed in seeds])
+        for j, side in enumerate(("qk", "vo")):
+            tag = f"rt-drift-{layer}-{side}"
+            values = {"": finals[:, j], "-gram": finals[:, j + 2], "-ratio": finals[:, j] / finals[:, j + 2],
+                      "-nd": finals[:, j + 4], "-nd-gram": finals[:, j + 6], "-nd-ratio": finals[:, j + 4] / finals[:, j + 6]}
+            for suffix, v in values.items():
+                found |= boot.findings(tag + suffix, v)
+            ratio = values["-nd-ratio"]
+            ratios.append(ratio)
+            body.append([str(layer), f"C_{side.upper()}", f"{np.median(values['-nd']):.3g}",
+                         f"{np.median(values['-nd-gram']):.3g}",
+                         f"{np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]",
+                         f"{np.median(values['-ratio']):.3f}"])
+    every = np.concatenate(ratios)
+    found |= {"rt-drift-nd-ratio-min": float(every.min()), "rt-drift-nd-ratio-max": float(every.max())}
+    header = ["layer", "quantity", "drift beyond decay", "its Gram matrices' drift", "ratio: median [min, max]",
+              "ratio, decay included"]
+    return found, markdown_table(header, body, right=(0, 2, 3))
+
+
+def drift_figure(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int):
+    """C_QK and C_VO beyond decay along training, against their Gram matrices' drift: median and range."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    for j, (ax, side) in enumerate(zip(axes, ("QK", "VO"))):
+        for layer in range(layers):
+            steps = np.array(sorted(drift[dtype, seeds[0], layer])) + 1
+            c = np.array([[drift[dtype, seed, layer][s - 1][j + 4] for s in steps] for seed in seeds])
+            g = np.array([[drift[dtype, seed, layer][s - 1][j + 6] for s in steps] for seed in seeds])
+            ax.plot(steps, np.median(c, 0), "-", color=f"C{layer}", label=f"layer {layer}: C")
+            ax.fill_between(steps, c.min(0), c.max(0), color=f"C{layer}", alpha=0.2, lw=0)
+            ax.plot(steps, np.median(g, 0), "--", color=f"C{layer}", label=f"layer {layer}: its Gram matrices")
+            ax.fill_between(steps, g.min(0), g.max(0), color=f"C{layer}", alpha=0.1, lw=0)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(f"C_{side}", fontsize=9)
+    axes[0].set_ylabel("drift beyond decay / norm^2 at step 0")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- the dead key bias
+
+BIAS_COLUMNS = ("moved", "beyond_decay", "rms_step_over_lr")
+
+
+def bias_findings(bias: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, run: Mapping[str, Any],
+                  boot: Bootstrap) -> dict[str, Any]:
+    """The dead key bias in ``dtype`` (drift beyond weight decay, size of a step) and in float64."""
+    last = last_step(bias)
+    single = [k for k in bias if k[0] == dtype]
+    double = [k for k in bias if k[0] == "float64"]
+    beyond = np.array([bias[k][last][1] for k in single])
+    return ({"rt-bias-runs": len(single)} | boot.findings("rt-bias-beyond32", beyond)
+            | {"rt-bias-beyond32-min": float(beyond.min()), "rt-bias-beyond32-max": float(beyond.max())}
+            | boot.findings("rt-bias-rms32", np.array([bias[k][last][2] for k in single]))
+            | boot.findings("rt-bias-step0", np.array([bias[k][0][2] for k in single]))
+            | {"rt-bias-moved32": float(np.median([bias[k][last][0] for k in single])),
+               "rt-bias-decay-only": 1 - (1 - run["LR"] * run["WEIGHT_DECAY"]) ** (last + 1),
+               "rt-bias-f64-runs": len(double),
+               "rt-bias-beyond64-max": stats.round_up(max(v[1] for k in double for v in bias[k].values())),
+               "rt-bias-rms64-max": stats.round_up(max(v[2] for k in double for v in bias[k].values()))})
+
+
+def bias_figure(bias: Mapping[Run, Mapping[int, tuple[float, ...]]], dtypes: Sequence[str]):
+    """Left: the dead key bias's drift beyond decay. Right: the size of one of its steps over the rate."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for dtype, color in zip(dtypes, ("C3", "C0")):
+        keys = [k for k in bias if k[0] == dtype]
+        steps = np.array(sorted(bias[keys[0]])) + 1
+        for i, k in enumerate(keys):
+            axes[0].plot(steps, [bias[k][s - 1][1] for s in steps], "-", color=color, lw=0.7, alpha=0.5,
+                         label=f"{dtype}, {len(keys)} runs (seeds x layers)" if i == 0 else None)
+            axes[1].plot(steps, [bias[k][s - 1][2] for s in steps], "-", color=color, lw=0.7, alpha=0.5,
+                         label=f"{dtype}" if i == 0 else None)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("||b(t) - decay^t b(0)|| / ||b(0)||")
+    axes[0].set_title("dead key bias: drift beyond weight decay", fontsize=9)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("rms step of a dead coordinate / lr")
+    axes[1].set_title("size of one step, in units of the learning rate", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- rebalancing against plain training
+
+
+def read_losses(table: Sequence[Row]) -> dict[tuple[str, int], dict[int, float]]:
+    """(arm, seed) -> {step: validation loss}."""
+    val: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    for r in table:
+        val[r["arm"], int(r["seed"])][int(r["step"])] = float(r["val_loss"])
+    return val
+
+
+def rebalance_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: Mapping[str, Any],
+                       boot: Bootstrap) -> tuple[dict[str, Any], stats.PairedSummary]:
+    """The final validation loss, balanced minus plain, paired by seed (a tie within TIE_NATS)."""
+    seeds, steps = run["SEEDS"], run["STEPS"]
+    plain = [val["plain", s][steps] for s in seeds]
+    balanced = [val["balanced", s][steps] for s in seeds]
+    s = boot.paired(balanced, plain, tie=run["TIE_NATS"])
+    verdict = ("contains zero" if s.low <= 0 <= s.high else
+               "lies below zero (balanced lower)" if s.high < 0 else "lies above zero (balanced higher)")
+    diverged = [k for k, v in val.items() if not all(np.isfinite(list(v.values())))]
+    return (boot.findings("rt-val-plain", plain)
+            | {"rt-rb-median": s.median_difference, "rt-rb-low": s.low, "rt-rb-high": s.high, "rt-rb-wins": s.wins,
+               "rt-rb-ties": s.ties, "rt-rb-losses": s.losses, "rt-rb-n": s.n,
+               "rt-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)), "rt-rb-verdict": verdict,
+               "rt-diverged": len(diverged)}), s
+
+
+def rebalance_figure(val: Mapping[tuple[str, int], Mapping[int, float]], seeds: Sequence[int], tie: float):
+    """Left: the validation loss of both arms. Right: balanced minus plain per seed, with the tie band."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    steps = sorted(val["plain", seeds[0]])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    ax = axes[0]
+    for k, arm in enumerate(("plain", "balanced")):
+        curves = np.array([[val[arm, s][t] for t in steps] for s in seeds])
+        ax.plot(steps, np.median(curves, 0), color=f"C{k}", label=f"{arm}: median")
+        ax.fill_between(steps, curves.min(0), curves.max(0), color=f"C{k}", alpha=0.2, lw=0)
+    ax.set(xlabel="step", ylabel="validation loss (nats per byte)")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    diffs = np.array([[val["balanced", s][t] - val["plain", s][t] for t in steps] for s in seeds])
+    for i in range(len(seeds)):
+        ax.plot(steps, diffs[i], "-", color="C2", lw=0.7, alpha=0.5, label="one seed" if i == 0 else None)
+    ax.plot(steps, np.median(diffs, 0), "-", color="k", lw=1.5, label="median")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axhspan(-tie, tie, color="grey", alpha=0.15, lw=0, label="tie band")
+    ax.set(xlabel="step", ylabel="balanced - plain")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

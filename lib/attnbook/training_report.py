@@ -1,0 +1,458 @@
+"""Chapter 11's report on the training runs: invisible shares, float32 against float64, and conservation.
+
+The runs are ``experiments/training_shares.ipynb``'s (``data/experiments/invisible_shares*.csv`` and
+``conservation.csv``); no experiment imports this module, so editing it never makes their data stale.
+A run's key is (task, layout, optimiser, gradient, dtype): gradient is ``"loss"`` for training and
+``"random"`` for the same optimiser fed isotropic noise (the baseline a share is compared with).
+
+Every comparison pairs two measurements seed by seed (``attnid.stats.paired_summary``): the median
+difference, its bootstrap interval and the seeds below / level (within ``SHARE_TIE``) / above. The
+functions return summaries and the dicts of values the prose glues; the chapter asserts what it says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnid.stats import PairedSummary, paired_summary, round_up
+
+from .tables import markdown_table
+
+N_BOOT = 10_000     # bootstrap resamples of every paired comparison (seeded)
+SHARE_TIE = 0.005   # two shares closer than this count as level in below/level/above
+ZERO_SHARE = 1e-10  # float64: below this a share is rounding, not motion
+NAMES = {"sgd": "SGD", "momentum": "momentum", "adam": "Adam", "adamw": "AdamW"}
+
+Row = Mapping[str, str]
+Key = tuple[str, str, str, str, str]  # (task, layout, optimiser, gradient, dtype)
+Setting = tuple[str, str, str]        # (task, layout, optimiser)
+Problem = tuple[str, str]             # (task, layout)
+
+
+def column(rows: Sequence[Row], name: str) -> np.ndarray:
+    """One numeric column of a list of CSV rows."""
+    return np.array([float(r[name]) for r in rows])
+
+
+def group_by(table: Sequence[Row], fields: Sequence[str], order: str = "seed") -> dict[tuple[str, ...], list[Row]]:
+    """The rows grouped by ``fields`` (in order of first appearance), each group sorted by the integer column ``order``."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for r in table:
+        groups.setdefault(tuple(r[f] for f in fields), []).append(r)
+    return {k: sorted(v, key=lambda r: int(r[order])) for k, v in groups.items()}
+
+
+def group_runs(table: Sequence[Row]) -> dict[Key, list[Row]]:
+    """The share runs by (task, layout, optimiser, gradient, dtype), sorted by seed."""
+    return group_by(table, ("task", "layout", "optimiser", "gradient", "dtype"))  # type: ignore[return-value]
+
+
+def settings(runs: Mapping[Key, Sequence[Row]]) -> list[Setting]:
+    """The (task, layout, optimiser) settings trained in float64 on the loss, in the order of the data."""
+    return list(dict.fromkeys(k[:3] for k in runs if k[3:] == ("loss", "float64")))
+
+
+def problems(runs: Mapping[Key, Sequence[Row]]) -> list[Problem]:
+    """The (task, layout) problems, in the order of the data."""
+    return list(dict.fromkeys(s[:2] for s in settings(runs)))
+
+
+def drift(rows: Sequence[Row]) -> np.ndarray:
+    """Per run, the drift of both conserved quantities at the end (C_QK's plus C_VO's)."""
+    return column(rows, "drift_qk") + column(rows, "drift_vo")
+
+
+# ---------------------------------------------------------------- shares against chance and noise
+
+
+@dataclass(frozen=True)
+class Chance:
+    """A problem's orbit and its chance level: the share of an isotropic update (``attnid.stats.chance_share``)."""
+
+    mean: float
+    rms: float
+    tangent_dim: int
+    parameters: int
+
+
+@dataclass(frozen=True)
+class ShareResult:
+    """One setting's median shares per seed, against chance and (when run) against the random-gradient arm."""
+
+    task: str
+    layout: str
+    optimiser: str
+    chance: Chance
+    shares: np.ndarray                 # per seed, the median share over the measured steps
+    vs_chance: PairedSummary           # shares minus the chance mean
+    random: np.ndarray | None = None   # the same optimiser fed noise, per seed
+    vs_random: PairedSummary | None = None
+
+
+def chance_levels(runs: Mapping[Key, Sequence[Row]]) -> dict[Problem, Chance]:
+    """Each problem's chance level, checked to be the same in every seed and optimiser."""
+    levels: dict[Problem, Chance] = {}
+    for task, layout, opt in settings(runs):
+        rs = runs[task, layout, opt, "loss", "float64"]
+        if len({(r["tangent_dim"], r["parameters"]) for r in rs}) != 1:
+            raise ValueError(f"{task} {layout} {opt}: the tangent dimension differs between seeds")
+        r = rs[0]
+        levels[task, layout] = Chance(float(r["chance_mean"]), float(r["chance_rms"]), int(r["tangent_dim"]),
+                                      int(r["parameters"]))
+    return levels
+
+
+def share_results(runs: Mapping[Key, Sequence[Row]], *, n_boot: int = N_BOOT, tie: float = SHARE_TIE) -> list[ShareResult]:
+    """Every float64 setting's shares against chance and, where run, against its random-gradient arm."""
+    levels, results = chance_levels(runs), []
+    for task, layout, opt in settings(runs):
+        chance = levels[task, layout]
+        real = column(runs[task, layout, opt, "loss", "float64"], "median_share")
+        vs_chance = paired_summary(real, np.full_like(real, chance.mean), n_boot=n_boot, seed=0, tie=tie)
+        random = vs_random = None
+        if (task, layout, opt, "random", "float64") in runs:
+            random = column(runs[task, layout, opt, "random", "float64"], "median_share")
+            vs_random = paired_summary(real, random, n_boot=n_boot, seed=0, tie=tie)
+        results.append(ShareResult(task, layout, opt, chance, real, vs_chance, random, vs_random))
+    return results
+
+
+def interval_text(s: PairedSummary, spec: str = "+.3f") -> str:
+    """'median [low, high]' of a paired summary, each at the format ``spec``."""
+    return f"{s.median_difference:{spec}} [{s.low:{spec}}, {s.high:{spec}}]"
+
+
+def counts_text(s: PairedSummary) -> str:
+    """The seeds below / level / above, as 'b/l/a'."""
+    return f"{s.wins}/{s.ties}/{s.losses}"
+
+
+def shares_markdown(results: Sequence[ShareResult]) -> str:
+    """The main table of the shares: one row per (problem, optimiser)."""
+    body = []
+    for r in results:
+        random = [interval_text(r.vs_random), counts_text(r.vs_random)] if r.vs_random else ["-", "-"]
+        body.append([r.task, r.layout, str(r.chance.tangent_dim), str(r.chance.parameters),
+                     f"{r.chance.mean:.3f}", r.optimiser,
+                     f"{np.median(r.shares):.3g} [{r.shares.min():.2g}, {r.shares.max():.2g}]",
+                     interval_text(r.vs_chance), counts_text(r.vs_chance), *random])
+    header = ["task", "layout", "u", "P", "chance", "optimiser", "median share [min, max]",
+              "minus chance: median [95% interval]", "-/=/+", "minus random-gradient run", "-/=/+"]
+    return markdown_table(header, body, right=(2, 3, 4))
+
+
+def share_findings(runs: Mapping[Key, Sequence[Row]], results: Sequence[ShareResult]) -> dict[str, Any]:
+    """What the prose says of the shares: run counts, chance range, and the Adam-like and momentum settings."""
+    loss = {k: v for k, v in runs.items() if k[3:] == ("loss", "float64")}
+    adam = [r for r in results if r.optimiser in ("adam", "adamw")]
+    momentum = [r for r in results if r.optimiser == "momentum"]
+    noise = [r for r in results if r.vs_random is not None]
+    if not (adam and momentum and noise):
+        raise ValueError("the share findings need Adam or AdamW, momentum and random-gradient settings")
+    chances = [r.chance.mean for r in results]
+    median = lambda rs: [float(np.median(r.shares)) for r in rs]
+    noise_medians = [float(np.median(r.random)) for r in noise]
+    return {
+        "boot-level": results[0].vs_chance.level,
+        "share-runs": sum(len(v) for v in loss.values()),
+        "sgd-share-runs": sum(len(v) for k, v in loss.items() if k[2] == "sgd"),
+        "chance-min": min(chances), "chance-max": max(chances),
+        "adam-share-min": min(median(adam)), "adam-share-max": max(median(adam)), "adam-settings": len(adam),
+        "adam-below-chance": sum(r.vs_chance.high < 0 for r in adam),
+        "adam-above-chance": sum(r.vs_chance.low > 0 for r in adam),
+        "adam-minus-chance-min": min(r.vs_chance.median_difference for r in adam),
+        "adam-minus-chance-max": max(r.vs_chance.median_difference for r in adam),
+        "adam-below-random": sum(r.vs_random.high < 0 for r in noise),
+        "adam-above-random": sum(r.vs_random.low > 0 for r in noise),
+        "adam-minus-random-min": min(r.vs_random.median_difference for r in noise),
+        "adam-minus-random-max": max(r.vs_random.median_difference for r in noise),
+        "random-share-min": min(noise_medians), "random-share-max": max(noise_medians),
+        "momentum-share-min": min(median(momentum)), "momentum-share-max": max(median(momentum)),
+        "momentum-below-chance": sum(r.vs_chance.high < 0 for r in momentum), "momentum-settings": len(momentum),
+    }
+
+
+def largest_sgd_share(runs: Mapping[Key, Sequence[Row]], dtype: str = "float64") -> float:
+    """The largest share any SGD step took in ``dtype`` (exact gradients: zero up to rounding)."""
+    return max(float(column(v, "max_share").max()) for k, v in runs.items() if k[2] == "sgd" and k[3:] == ("loss", dtype))
+
+
+def share_figure(curve_table: Sequence[Row], runs: Mapping[Key, Sequence[Row]], optimisers: Sequence[str]):
+    """The share along training per problem: median and 10-90% band, trained and noise-fed, against chance."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    curves = group_by(curve_table, ("task", "layout", "optimiser", "gradient", "dtype"), order="step")
+    levels = chance_levels(runs)
+    fig, axes = plt.subplots(1, len(levels), figsize=(12, 3.4), sharey=True)
+    for ax, (task, layout) in zip(axes, levels, strict=True):
+        for i, opt in enumerate(optimisers):
+            for gradient, style in (("loss", "-"), ("random", "--")):
+                rs = curves.get((task, layout, opt, gradient, "float64"), [])
+                if not rs:
+                    continue
+                steps = [int(r["step"]) for r in rs]
+                label = opt if gradient == "loss" else f"{opt}, random gradient"
+                ax.plot(steps, column(rs, "median"), style, color=f"C{i}", lw=1.1, label=label)
+                ax.fill_between(steps, column(rs, "q10"), column(rs, "q90"), color=f"C{i}", alpha=0.18, lw=0)
+        ax.axhline(levels[task, layout].mean, color="k", lw=1, ls=":", label="chance (isotropic)")
+        ax.set_title(f"{task}\n{layout}", fontsize=8)
+        ax.set_xlabel("step")
+    axes[0].set_ylabel("invisible share of the update")
+    axes[0].set_ylim(0, 0.65)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.12))
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- float32 against float64
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One setting run in float32 and float64 on the same seeds (SGD: the largest float32 share only)."""
+
+    task: str
+    layout: str
+    optimiser: str
+    float32_median: float            # SGD: the largest share of any float32 step
+    difference: PairedSummary | None  # float32 minus float64, per seed (None for SGD)
+
+
+def precision_results(runs: Mapping[Key, Sequence[Row]], *, n_boot: int = N_BOOT, tie: float = SHARE_TIE) -> list[PrecisionResult]:
+    """Every setting that was also run in float32, paired with its float64 run seed by seed."""
+    results = []
+    for task, layout, opt in settings(runs):
+        single = runs.get((task, layout, opt, "loss", "float32"))
+        if single is None:
+            continue
+        if opt == "sgd":
+            results.append(PrecisionResult(task, layout, opt, float(column(single, "max_share").max()), None))
+            continue
+        a, b = column(single, "median_share"), column(runs[task, layout, opt, "loss", "float64"], "median_share")
+        results.append(PrecisionResult(task, layout, opt, float(np.median(a)),
+                                       paired_summary(a, b, n_boot=n_boot, seed=0, tie=tie)))
+    return results
+
+
+def precision_markdown(results: Sequence[PrecisionResult]) -> str:
+    """float32 against float64: the float32 median share and the paired difference per setting."""
+    body = []
+    for r in results:
+        if r.difference is None:
+            body.append([r.task, r.layout, r.optimiser, f"largest share {r.float32_median:.1e} "
+                         f"(float64: < {ZERO_SHARE:.0e})", "-", "-"])
+        else:
+            body.append([r.task, r.layout, r.optimiser, f"{r.float32_median:.3f}",
+                         interval_text(r.difference, "+.1e"), counts_text(r.difference)])
+    header = ["task", "layout", "optimiser", "float32 median share", "float32 minus float64: median [95% interval]",
+              "-/=/+"]
+    return markdown_table(header, body)
+
+
+def precision_findings(results: Sequence[PrecisionResult]) -> dict[str, Any]:
+    """What the prose says of float32: SGD's largest share, and how far the others' medians move."""
+    paired = [r.difference for r in results if r.difference is not None]
+    return {"sgd-float32-max": max(r.float32_median for r in results if r.optimiser == "sgd"),
+            "f32-settings": len(paired),
+            "f32-diff-max": round_up(max(abs(s.median_difference) for s in paired), 2),
+            "f32-excludes-zero": sum(s.excludes_zero for s in paired)}
+
+
+# ---------------------------------------------------------------- the drift of the conserved quantities
+
+
+@dataclass(frozen=True)
+class StepSizeDrift:
+    """Gradient descent at fixed time t = eta x steps: per seed, the drift at each step size, and its log-log slope."""
+
+    per_seed: dict[int, tuple[np.ndarray, np.ndarray]]  # seed -> (step sizes, drift), by step size
+    slopes: np.ndarray                                  # per seed, d log drift / d log eta
+
+
+def step_size_drift(table: Sequence[Row]) -> StepSizeDrift:
+    """The drift of C_QK + C_VO against the step size, per seed, and each seed's fitted slope."""
+    pairs: dict[int, list[tuple[float, float]]] = {}
+    for r in table:
+        pairs.setdefault(int(r["seed"]), []).append((float(r["step_size"]), float(r["drift_qk"]) + float(r["drift_vo"])))
+    per_seed = {s: tuple(map(np.array, zip(*sorted(p)))) for s, p in sorted(pairs.items())}
+    slopes = np.array([np.polyfit(np.log(eta), np.log(d), 1)[0] for eta, d in per_seed.values()])
+    return StepSizeDrift(per_seed, slopes)  # type: ignore[arg-type]
+
+
+def drift_by_optimiser(runs: Mapping[Key, Sequence[Row]], optimisers: Sequence[str]) -> dict[Problem, dict[str, np.ndarray]]:
+    """Per problem and optimiser, each seed's drift at the end of training (float64, loss gradients)."""
+    return {(task, layout): {o: drift(runs[task, layout, o, "loss", "float64"]) for o in optimisers}
+            for task, layout in problems(runs)}
+
+
+def separated(drifts: Mapping[str, np.ndarray]) -> bool:
+    """Every other optimiser's smallest drift above SGD's largest, on one problem."""
+    return all(d.min() > drifts["sgd"].max() for o, d in drifts.items() if o != "sgd")
+
+
+def drift_markdown(by_problem: Mapping[Problem, Mapping[str, np.ndarray]]) -> str:
+    """The drift at the end of training: median [min, max] over seeds, per problem and optimiser."""
+    optimisers = list(next(iter(by_problem.values())))
+    body = [[task, layout, *(f"{np.median(d[o]):.2e} [{d[o].min():.2e}, {d[o].max():.2e}]" for o in optimisers),
+             "yes" if separated(d) else "no"] for (task, layout), d in by_problem.items()]
+    header = ["task", "layout", *optimisers, "every seed of the others above SGD's largest"]
+    return markdown_table(header, body)
+
+
+def drift_findings(cons: StepSizeDrift, by_problem: Mapping[Problem, Mapping[str, np.ndarray]],
+                   share_table: Sequence[Row], flow_time: float, rates: Mapping[str, float],
+                   copy_rates: Mapping[str, float]) -> dict[str, Any]:
+    """What the prose says of the drift: SGD's slope in eta, the rates, and the optimisers' separation."""
+    slopes = cons.slopes
+    named = lambda rs: ", ".join(f"{NAMES[o]} {lr:g}" for o, lr in rs.items())
+    return {"flow-time": flow_time, "drift-seeds": len(slopes), "drift-slope": float(np.median(slopes)),
+            "drift-slope-min": float(slopes.min()), "drift-slope-max": float(slopes.max()),
+            "rates-ts": named(rates), "rates-copy": named(copy_rates),
+            "ch9-runs": len(share_table), "ch9-diverged": sum(r["diverged_at"] != "" for r in share_table),
+            "drift-separated": sum(separated(d) for d in by_problem.values()), "drift-problems": len(by_problem)}
+
+
+def conservation_figure(cons: StepSizeDrift, drifts: Mapping[str, np.ndarray], layout: str, steps: int):
+    """Left: SGD's drift against the step size at fixed time. Right: each optimiser's drift, every seed."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.4))
+    for i, (etas, d) in enumerate(cons.per_seed.values()):
+        axes[0].loglog(etas, d, "o-", color="C0", ms=2.5, lw=0.7, alpha=0.6,
+                       label="measured, one line per seed" if i == 0 else None)
+    axes[0].loglog(etas, d[-1] * etas / etas[-1], ":", color="0.3", label="slope 1")
+    axes[0].set(xlabel="step size $\\eta$", ylabel="drift at $t = \\eta \\times$ steps", title="gradient descent, fixed time")
+    axes[0].set_xticks(etas, [f"{e:g}" for e in etas])
+    axes[0].minorticks_off()
+    axes[0].legend(fontsize=7)
+    for i, d in enumerate(drifts.values()):
+        axes[1].semilogy(np.full(d.size, i) + np.linspace(-0.15, 0.15, d.size), d, "o", ms=3, color=f"C{i}")
+    axes[1].set_xticks(range(len(drifts)), list(drifts))
+    axes[1].set(ylabel=f"drift after {steps} steps", title=f"each optimiser, every seed, {layout}")
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- the dead key bias (experiments/key_bias.ipynb)
+
+NEVER_MOVED = 1e-13  # float64: a relative change of the key bias below this is round-off
+
+
+def kb_setting(optimiser: str, lr: float, decay: float = 0.0, sink: bool = False) -> str:
+    """The name key_bias.ipynb gives a setting, e.g. 'adamw lr=0.01 decay=0.5'."""
+    return f"{optimiser} lr={lr:g} decay={decay:g}" + (" sink" if sink else "")
+
+
+def key_bias_markdown(kb_runs: Mapping[tuple[str, ...], Sequence[Row]]) -> str:
+    """Per setting and dtype: the key bias's distance from its prediction, or its norm ratio where none exists."""
+    body = []
+    for (name, dtype), rs in kb_runs.items():
+        if rs[0]["deviation"] == "":
+            ratio = column(rs, "final_ratio")
+            body.append([name, dtype, "-", "-", f"{np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]"])
+            continue
+        d, per = column(rs, "deviation"), column(rs, "deviation_per_coordinate_over_lr_steps")
+        body.append([name, dtype, f"{np.median(d):.2e} [{d.min():.2e}, {d.max():.2e}]", f"{np.median(per):.2e}", "-"])
+    header = ["setting", "dtype", "\\|b_K(T) - predicted\\| / \\|b_K(0)\\|: median [min, max]", "per coordinate / (lr T)",
+              "no prediction: \\|b_K(T)\\| / \\|b_K(0)\\|"]
+    return markdown_table(header, body)
+
+
+def deviations(kb_runs: Mapping[tuple[str, ...], Sequence[Row]]) -> dict[tuple[str, ...], np.ndarray]:
+    """Per (setting, dtype) with a prediction, each seed's relative distance of b_K(T) from it."""
+    return {k: column(rs, "deviation") for k, rs in kb_runs.items() if rs[0]["deviation"] != ""}
+
+
+def per_step_drift(kb_runs: Mapping[tuple[str, ...], Sequence[Row]], name: str, dtype: str = "float32") -> float:
+    """The median over seeds of the drift per coordinate over lr x steps, of one setting."""
+    return float(np.median(column(kb_runs[name, dtype], "deviation_per_coordinate_over_lr_steps")))
+
+
+def key_bias_findings(kb_runs: Mapping[tuple[str, ...], Sequence[Row]], kp: Mapping[str, Any],
+                      *, n_boot: int = N_BOOT) -> tuple[dict[str, Any], dict[str, PairedSummary]]:
+    """The glued values of the key-bias section, and float32 minus float64 for Adam and AdamW at the middle rate."""
+    dev, mid, rates = deviations(kb_runs), kp["ADAM_RATES"][len(kp["ADAM_RATES"]) // 2], kp["ADAM_RATES"]
+    names = {"adam": kb_setting("adam", mid), "adamw": kb_setting("adamw", mid, kp["KEY_BIAS_DECAY"])}
+    found: dict[str, Any] = {"kb-seeds": kp["SEEDS"], "kb-steps": kp["STEPS"]}
+    comparisons = {}
+    for label, name in names.items():
+        s = comparisons[label] = paired_summary(dev[name, "float32"], dev[name, "float64"], n_boot=n_boot, seed=0)
+        found |= {f"kb-{label}-f64": float(np.median(dev[name, "float64"])),
+                  f"kb-{label}-f32": float(np.median(dev[name, "float32"])),
+                  f"kb-{label}-f32-min": float(dev[name, "float32"].min()),
+                  f"kb-{label}-f32-max": float(dev[name, "float32"].max()),
+                  f"kb-{label}-f32-larger": s.losses, f"kb-{label}-diff-low": s.low, f"kb-{label}-diff-high": s.high}
+    per_step = [per_step_drift(kb_runs, kb_setting("adam", lr)) for lr in rates]
+    sgd, sink = kb_setting("sgd", kp["SGD_LR"]), column(kb_runs[kb_setting("sgd", kp["SGD_LR"], sink=True), "float64"],
+                                                        "final_ratio")
+    found |= {"kb-mid-lr": mid, "kb-lr-slope": lr_slope(kb_runs, rates), "kb-per-step-min": min(per_step),
+              "kb-per-step-max": max(per_step), "kb-rates": ", ".join(f"{lr:g}" for lr in rates),
+              "adamw-bias-left": (1 - mid * kp["KEY_BIAS_DECAY"]) ** kp["STEPS"],
+              "sgd-bias-max": round_up(float(dev[sgd, "float64"].max())),
+              "sgd-bias-f32-max": round_up(float(dev[sgd, "float32"].max())),
+              "sink-bias-ratio-min": float(sink.min()), "sink-bias-ratio-max": float(sink.max()),
+              "kb-l2-loss-min": float(l2_losses(kb_runs, kp).min()),
+              "kb-free-loss-max": float(column(kb_runs[sgd, "float64"], "final_loss").max()),
+              "kb-decay": kp["KEY_BIAS_DECAY"]}
+    return found, comparisons
+
+
+def lr_slope(kb_runs: Mapping[tuple[str, ...], Sequence[Row]], rates: Sequence[float]) -> float:
+    """float32 Adam without decay: the log-log slope of the absolute drift per coordinate against the rate."""
+    absolute = np.array([per_step_drift(kb_runs, kb_setting("adam", lr)) * lr for lr in rates])
+    return float(np.polyfit(np.log(np.array(rates)), np.log(absolute), 1)[0])
+
+
+def l2_losses(kb_runs: Mapping[tuple[str, ...], Sequence[Row]], kp: Mapping[str, Any]) -> np.ndarray:
+    """The final losses of the runs whose L2 penalty reaches the key bias (SGD and Adam with decay)."""
+    names = [kb_setting("sgd", kp["SGD_LR"], kp["KEY_BIAS_DECAY"]), kb_setting("adam", kp["L2_ADAM_LR"], kp["KEY_BIAS_DECAY"])]
+    return np.concatenate([column(kb_runs[n, "float64"], "final_loss") for n in names])
+
+
+def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequence[Row]], kp: Mapping[str, Any]):
+    """Left: the key bias's norm along training against its prediction. Right: its drift per seed against the rate."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    mid, rates, decay = kp["ADAM_RATES"][len(kp["ADAM_RATES"]) // 2], kp["ADAM_RATES"], kp["KEY_BIAS_DECAY"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    shown = [kb_setting("sgd", kp["SGD_LR"], decay), kb_setting("adamw", mid, decay), kb_setting("adam", mid),
+             kb_setting("adam", kp["L2_ADAM_LR"], decay), kb_setting("sgd", kp["SGD_LR"], sink=True)]
+    for i, name in enumerate(shown):
+        for dtype, style in (("float64", "-"), ("float32", "--")):
+            rs = [r for r in curve if r["setting"] == name and r["dtype"] == dtype]
+            steps = [int(r["step"]) for r in rs]
+            axes[0].plot(steps, column(rs, "median_ratio"), style, color=f"C{i}", lw=1.2,
+                         label=name if dtype == "float64" else None)
+            axes[0].fill_between(steps, column(rs, "min_ratio"), column(rs, "max_ratio"), color=f"C{i}", alpha=0.15, lw=0)
+        if rs[0]["predicted"] not in ("", "1"):
+            axes[0].plot(steps, column(rs, "predicted"), "k:", lw=1)
+    axes[0].plot([], [], "k:", lw=1, label="$(1 - \\eta\\lambda)^t$")
+    axes[0].plot([], [], "k--", lw=1, label="float32 (solid: float64)")
+    axes[0].set(xlabel="step", ylabel="$\\|b_K(t)\\| / \\|b_K(0)\\|$", title="norm of the key bias (median, min-max band)")
+    axes[0].legend(fontsize=6, loc="lower left")
+    for j, (optimiser, marker) in enumerate((("adam", "o"), ("adamw", "s"))):
+        for k, dtype in enumerate(("float64", "float32")):
+            for lr in rates:
+                y = column(kb_runs[kb_setting(optimiser, lr, decay if optimiser == "adamw" else 0.0), dtype],
+                           "deviation_per_coordinate_over_lr_steps")
+                x = lr * np.exp(np.linspace(-0.08, 0.08, y.size) + (0.12 if j else -0.12))
+                axes[1].loglog(x, np.maximum(y, 1e-17), marker, ms=3, color=f"C{2 * j + k}", alpha=0.8,
+                               label=f"{optimiser}, {dtype}" if lr == rates[0] else None)
+    axes[1].axhline(1.0, color="k", lw=0.8, ls="-", label="every step lr, same sign")
+    axes[1].axhline(kp["STEPS"] ** -0.5, color="k", lw=0.8, ls=":", label="every step lr, random signs")
+    axes[1].set_xticks(rates, [f"{lr:g}" for lr in rates])
+    axes[1].minorticks_off()
+    axes[1].set(xlabel="learning rate", ylabel="$|b_K(T) - $predicted$| / (\\sqrt{n}\\, \\eta T)$",
+                title="drift of the dead key bias, one point per seed")
+    axes[1].legend(fontsize=6, loc="center right")
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig

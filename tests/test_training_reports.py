@@ -1,0 +1,110 @@
+"""attnbook.training_report (chapter 11) and attnbook.real_text_report (chapter 13), on tables built by hand
+whose answers are known without the code under test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnbook import real_text_report as RT
+from attnbook import training_report as TR
+
+# ---------------------------------------------------------------- chapter 11
+
+
+def share_row(opt: str, seed: int, share: float, gradient: str = "loss", dtype: str = "float64",
+              drift: float = 0.1, u: int = 4, p: int = 16) -> dict:
+    return {"task": "toy", "layout": "d=4", "optimiser": opt, "gradient": gradient, "dtype": dtype, "seed": str(seed),
+            "median_share": str(share), "max_share": str(share), "chance_mean": "0.5", "chance_rms": "0.5",
+            "tangent_dim": str(u), "parameters": str(p), "drift_qk": str(drift), "drift_vo": str(drift),
+            "diverged_at": ""}
+
+
+def test_runs_are_grouped_by_setting_and_sorted_by_seed():
+    rows = [share_row("adam", s, 0.1 * s) for s in (3, 1, 2)] + [share_row("sgd", 0, 0.0)]
+    runs = TR.group_runs(rows)
+    assert [r["seed"] for r in runs["toy", "d=4", "adam", "loss", "float64"]] == ["1", "2", "3"]
+    assert TR.settings(runs) == [("toy", "d=4", "adam"), ("toy", "d=4", "sgd")]
+    assert TR.problems(runs) == [("toy", "d=4")]
+
+
+def test_a_share_below_chance_in_every_seed_has_an_interval_below_zero():
+    rows = [share_row("adam", s, 0.2 + 0.01 * s) for s in range(10)]
+    rows += [share_row("adam", s, 0.5 + 0.01 * s, gradient="random") for s in range(10)]
+    runs = TR.group_runs(rows)
+    (r,) = TR.share_results(runs, n_boot=200)
+    with pytest.raises(ValueError, match="momentum"):
+        TR.share_findings(runs, [r])
+    runs = TR.group_runs(rows + [share_row("momentum", s, 0.6) for s in range(10)])
+    r, m = TR.share_results(runs, n_boot=200)
+    assert m.vs_chance.losses == 10 and m.vs_random is None
+    assert r.vs_chance.wins == 10 and r.vs_chance.high < 0            # every seed below chance 0.5
+    assert r.vs_random.median_difference == pytest.approx(-0.3)       # 0.2 + x against 0.5 + x, seed by seed
+    found = TR.share_findings(runs, [r, m])
+    assert found["adam-below-chance"] == 1 and found["adam-above-chance"] == 0 and found["share-runs"] == 20
+    assert found["momentum-below-chance"] == 0 and found["momentum-share-max"] == pytest.approx(0.6)
+
+
+def test_a_tangent_dimension_that_differs_between_seeds_is_refused():
+    runs = TR.group_runs([share_row("adam", 0, 0.2), share_row("adam", 1, 0.2, u=5)])
+    with pytest.raises(ValueError, match="tangent dimension differs"):
+        TR.chance_levels(runs)
+
+
+def test_the_fixed_time_drift_slope_of_an_exact_power_law_is_recovered():
+    etas = [0.01, 0.02, 0.04, 0.08]
+    table = [{"seed": str(s), "step_size": str(e), "drift_qk": str(0.5 * (s + 1) * e ** 1.5), "drift_vo": "0"}
+             for s in range(3) for e in reversed(etas)]
+    cons = TR.step_size_drift(table)
+    assert cons.slopes == pytest.approx([1.5] * 3)
+    assert list(cons.per_seed[0][0]) == etas  # sorted by step size
+
+
+def test_separated_means_every_other_optimiser_above_sgds_largest():
+    assert TR.separated({"sgd": np.array([0.1, 0.3]), "adam": np.array([0.31, 0.5])})
+    assert not TR.separated({"sgd": np.array([0.1, 0.3]), "adam": np.array([0.29, 0.5])})
+
+
+def test_key_bias_settings_are_named_as_the_experiment_names_them():
+    assert TR.kb_setting("adamw", 0.01, 0.5) == "adamw lr=0.01 decay=0.5"
+    assert TR.kb_setting("sgd", 0.5, sink=True) == "sgd lr=0.5 decay=0 sink"
+
+
+# ---------------------------------------------------------------- chapter 13
+
+
+def rt_share(seed: int, step: int, share: float, arm: str = "plain", kind: str = "total", dim: int = 3) -> dict:
+    return {"layer": "0", "kind": kind, "arm": arm, "seed": str(seed), "step": str(step), "share": str(share),
+            "chance": "0.25", "orbit_dim": str(dim), "params": "48"}
+
+
+def test_seed_medians_leave_out_step_zero():
+    rows = [rt_share(s, t, 0.9 if t == 0 else 0.1 * (s + 1)) for s in range(2) for t in (0, 5, 10)]
+    rows += [rt_share(s, t, 0.25, arm="random-gradient") for s in range(2) for t in (0, 5, 10)]
+    sh = RT.read_shares(rows)
+    assert sh.later == [5, 10] and sh.parameters == 48 and sh.orbit_dim == {"total": 3}
+    assert list(sh.seed_medians((0, "total"))) == pytest.approx([0.1, 0.2])
+    assert sh.curves((0, "total"), [0, 1]).shape == (2, 3)
+
+
+def test_shares_without_their_baseline_or_with_two_orbit_dimensions_are_refused():
+    with pytest.raises(ValueError, match="random-gradient baseline"):
+        RT.read_shares([rt_share(0, 0, 0.1)])
+    with pytest.raises(ValueError, match="orbit dimension"):
+        RT.read_shares([rt_share(0, 0, 0.1), rt_share(1, 0, 0.1, dim=4)])
+
+
+def test_rebalancing_verdict_follows_the_interval():
+    run = {"SEEDS": list(range(8)), "STEPS": 10, "TIE_NATS": 1e-3}
+    val = {(arm, s): {0: 3.0, 10: 2.0 - (0.1 if arm == "balanced" else 0.0) + 0.01 * s}
+           for arm in ("plain", "balanced") for s in range(8)}
+    found, s = RT.rebalance_findings(val, run, RT.Bootstrap(resamples=200))
+    assert s.median_difference == pytest.approx(-0.1) and s.wins == 8
+    assert found["rt-rb-verdict"] == "lies below zero (balanced lower)" and found["rt-diverged"] == 0
+    assert found["rt-rb-rel"] == pytest.approx(np.median([-0.1 / (2.0 + 0.01 * s) for s in range(8)]))
+
+
+def test_a_bootstrap_finding_names_its_interval():
+    found = RT.Bootstrap(resamples=200).findings("x", [1.0, 2.0, 3.0])
+    assert set(found) == {"x", "x-low", "x-high"} and found["x"] == 2.0
+    assert found["x-low"] <= 2.0 <= found["x-high"]
