@@ -4,7 +4,7 @@ Head h adds -m_h (i - j) to the score of query i and key j (-m_h |i - j| without
 with the slopes of Press et al.: for H a power of two m_h = 2^(-8 h / H), h = 1..H; otherwise the
 slopes of the next lower power of two n, then every other slope of 2n (``slopes``). The slopes
 are constants, not parameters. ``AlibiSpec`` wraps a multi-head layout without RoPE or QK-norm
-(ALiBi replaces the rotary embedding); ``FAMILY`` is the record ``attnid.families`` lists.
+(ALiBi replaces the rotary embedding); ``attnid.families`` lists the family.
 
 What ALiBi does to the count (chapter 7b, theorem on position biases): nothing, under plain
 softmax. Its offsets depend on no parameter, so every move of the layout without them keeps the
@@ -22,11 +22,10 @@ from typing import Any
 import torch
 
 from . import counts, layer, symmetry
-from .layout import Count, Family, Params
-from .nullity import FamilyCheck, check_layout
+from .layout import Count, Params
+from .nullity import FamilyCheck
 from .spec import AttentionSpec
-from .verify import default_seq_len
-from .wrapped import OnMultiHead, offset_forward
+from .wrapped import OnMultiHead, offset_forward, verify_on_base
 
 
 def slopes(heads: int) -> list[float]:
@@ -99,27 +98,10 @@ def init_params(spec: AlibiSpec, generator: torch.Generator, dtype: torch.dtype 
 def verify(spec: AlibiSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
            max_rounds: int = 4) -> FamilyCheck:
     """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    c = count(spec)
-    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
-                        exact=c.unidentified, total=c.total,
-                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
-                        n_inputs=n_inputs, max_rounds=max_rounds)
+    return verify_on_base(spec, count(spec), init_params, forward, tangent_basis, seed=seed, seq_len=seq_len,
+                          n_inputs=n_inputs, max_rounds=max_rounds)
 
 
 def example() -> AlibiSpec:
     """BLOOM's structure at a small size: four heads, every bias, a causal mask."""
     return AlibiSpec(AttentionSpec.create(8, 4, bias="qkvo", causal=True))
-
-
-FAMILY = Family(
-    name="alibi",
-    layout=AlibiSpec,
-    proofs=("thm-alibi",),
-    parameter_shapes=parameter_shapes,
-    init_params=init_params,
-    forward=forward,
-    count=count,
-    tangent_basis=tangent_basis,
-    verify=verify,
-    example=example,
-)

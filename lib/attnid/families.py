@@ -1,12 +1,16 @@
 """The attention families, and dispatch on a layout's type: ``count(layout)``, ``verify(layout)``, ...
 
 Every consumer that takes a layout of any family (``census``, ``hfconfig``, the CLI) asks this
-module, never a family's own functions. Adding a family means one module that builds its
-``Family`` record (``attnid.layout``) and one line in ``LAYOUT_FAMILIES`` below.
+module, never a family's own functions. Adding a family means one module that defines the
+functions the ``Family`` record (``attnid.layout``) holds, under the names in ``PROTOCOL`` (and
+``from_hf_config`` when it reads configs itself), and one line in ``LAYOUT_FAMILIES`` below that
+names the family, its layout type and the book's statements that prove its count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -14,12 +18,33 @@ import torch
 from . import alibi, gated, mha, mla, relbias
 from .layout import Count, Family, Layout, Params
 
+PROTOCOL = ("parameter_shapes", "init_params", "forward", "count", "tangent_basis", "verify", "example")
+
+
+def from_module(module: ModuleType, name: str, layout: type, proofs: Sequence[str], **functions: Any) -> Family:
+    """The record of the family ``module`` implements: its functions named in ``PROTOCOL`` (``functions``
+    overrides one where the module's own name means something else) and its ``from_hf_config``, if any."""
+    found = {f: functions.get(f, getattr(module, f, None)) for f in PROTOCOL}
+    missing = [f for f, fn in found.items() if not callable(fn)]
+    if missing:
+        raise TypeError(f"{module.__name__} does not define {', '.join(missing)} (the Family protocol)")
+    return Family(name=name, layout=layout, proofs=tuple(proofs), **found,
+                  from_hf_config=functions.get("from_hf_config", getattr(module, "from_hf_config", None)))
+
+
 LAYOUT_FAMILIES: tuple[Family, ...] = (
-    mha.FAMILY,  # AttentionSpec: MHA, GQA, MQA, biases, RoPE, sinks, sigmoid, QK-norm, windows and chunks
-    mla.FAMILY,  # MLASpec: multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
-    gated.FAMILY,  # GatedSpec: a multi-head layout with a sigmoid output gate per head or per value coordinate
-    alibi.FAMILY,  # AlibiSpec: a multi-head layout without RoPE and with ALiBi's fixed position biases
-    relbias.FAMILY,  # RelativeBiasSpec: a multi-head layout without RoPE and with T5's learned bucketed position bias
+    # AttentionSpec: MHA, GQA, MQA, biases, RoPE, sinks, sigmoid, QK-norm, windows and chunks
+    from_module(mha, "multi-head", mha.AttentionSpec, ("thm-one-head", "thm-many-heads", "thm-gqa", "thm-rope",
+                                                       "thm-biases", "thm-window", "thm-qk-norm")),
+    # MLASpec: multi-head latent attention (DeepSeek-V2/V3, Kimi K2); its tangent_basis is k x P, the protocol's P x k
+    from_module(mla, "latent", mla.MLASpec, ("thm-mla-symmetries", "prop-mla-count", "prop-mla-weak"),
+                tangent_basis=mla.tangent_columns),
+    # GatedSpec: a multi-head layout with a sigmoid output gate per head or per value coordinate
+    from_module(gated, "output-gated", gated.GatedSpec, ("thm-output-gate",)),
+    # AlibiSpec: a multi-head layout without RoPE and with ALiBi's fixed position biases
+    from_module(alibi, "alibi", alibi.AlibiSpec, ("thm-alibi",)),
+    # RelativeBiasSpec: a multi-head layout without RoPE and with T5's learned bucketed position bias
+    from_module(relbias, "relative-bias", relbias.RelativeBiasSpec, ("thm-relative-bias",)),
 )
 
 

@@ -7,8 +7,8 @@ produces the mixture O_h = A_h V_g(h) (n x d_v). The gated layer multiplies it, 
 
 before the output projection: Y = sum_h (O_h * G_h) W_O^h + b_O. This is the gate of Qwen3-Next's
 full-attention layers (elementwise, from a second half of q_proj, no bias) and of the "gated
-attention" studies (elementwise or one scalar per head). ``GatedSpec`` is the layout,
-``FAMILY`` the record ``attnid.families`` lists.
+attention" studies (elementwise or one scalar per head). ``GatedSpec`` is the layout;
+``attnid.families`` lists the family.
 
 What the gate does to the symmetry (chapter 7b, theorem on output gates). The query/key side is
 untouched. On the value side a move W_V -> W_V M, W_O^h -> M^-1 W_O^h commutes with a scalar gate
@@ -31,11 +31,10 @@ import torch
 
 from . import counts, layer, symmetry
 from .counts import FactoredCount
-from .layout import Count, Family, Params
-from .nullity import FamilyCheck, check_layout
+from .layout import Count, Params
+from .nullity import FamilyCheck
 from .spec import AttentionSpec
-from .verify import default_seq_len
-from .wrapped import OnMultiHead
+from .wrapped import OnMultiHead, verify_on_base
 
 GATES = ("elementwise", "headwise")
 GATE_PARAMS = ("W_G", "b_G")
@@ -184,31 +183,14 @@ def tangent_basis(params: Params, spec: GatedSpec) -> torch.Tensor:
 def verify(spec: GatedSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
            max_rounds: int = 4) -> FamilyCheck:
     """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    c = count(spec)
-    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
-                        exact=c.unidentified, total=c.total,
-                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
-                        n_inputs=n_inputs, max_rounds=max_rounds)
+    return verify_on_base(spec, count(spec), init_params, forward, tangent_basis, seed=seed, seq_len=seq_len,
+                          n_inputs=n_inputs, max_rounds=max_rounds)
 
 
 def example() -> GatedSpec:
     """Grouped heads, partial RoPE, every bias and a biased elementwise gate: every kind of direction."""
     return GatedSpec(AttentionSpec.create(8, 2, kv_heads=1, head_dim=4, v_head_dim=2, rope_fraction=0.5, bias="qkvo",
                                           causal=True), "elementwise", gate_bias=True)
-
-
-FAMILY = Family(
-    name="output-gated",
-    layout=GatedSpec,
-    proofs=("thm-output-gate",),
-    parameter_shapes=parameter_shapes,
-    init_params=init_params,
-    forward=forward,
-    count=count,
-    tangent_basis=tangent_basis,
-    verify=verify,
-    example=example,
-)
 
 
 # ------------------------------------------------------------------------------------------------

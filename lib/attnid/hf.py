@@ -169,28 +169,16 @@ def _linear_family(family: str, spec: AttentionSpec, generator: torch.Generator,
         module, rotary = GptOssAttention(config, 0), GptOssRotaryEmbedding(config)
     module = _randomise(module, generator, spec.d_model**-0.5)
     rotary = rotary.to(torch.float64)
+    linear_to, linear_from = _linear_maps(spec)
 
     def to_attnid(w: Params) -> dict[str, torch.Tensor]:
-        out = {"W_Q": _split_heads(w["q_proj.weight"].T, spec.heads), "W_K": _split_heads(w["k_proj.weight"].T, spec.kv_heads),
-               "W_V": _split_heads(w["v_proj.weight"].T, spec.kv_heads),
-               "W_O": w["o_proj.weight"].T.reshape(spec.heads, spec.v_head_dim, spec.d_model)}
-        for letter, name, heads in (("q", "q_proj", spec.heads), ("k", "k_proj", spec.kv_heads), ("v", "v_proj", spec.kv_heads)):
-            if spec.has_bias(letter):
-                out[f"b_{letter.upper()}"] = w[f"{name}.bias"].reshape(heads, -1)
-        if spec.has_bias("o"):
-            out["b_O"] = w["o_proj.bias"]
+        out = linear_to(w)
         if spec.sink_learned:
             out["sink"] = w["sinks"]
         return out
 
     def from_attnid(p: Params) -> dict[str, torch.Tensor]:
-        out = {"q_proj.weight": _merge_heads(p["W_Q"]).T, "k_proj.weight": _merge_heads(p["W_K"]).T,
-               "v_proj.weight": _merge_heads(p["W_V"]).T, "o_proj.weight": p["W_O"].reshape(-1, spec.d_model).T}
-        for letter, name in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj")):
-            if spec.has_bias(letter):
-                out[f"{name}.bias"] = p[f"b_{letter.upper()}"].reshape(-1)
-        if spec.has_bias("o"):
-            out["o_proj.bias"] = p["b_O"]
+        out = linear_from(p)
         if spec.sink_learned:
             out["sinks"] = p["sink"]
         return out

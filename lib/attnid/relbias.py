@@ -16,8 +16,8 @@ without it keeps its count, and the table adds, per head, one unidentified direc
 constant on every bucket, a shift of every row's scores) plus one for every bucket no pair of
 positions of an input of the given length reaches. ``seq_len`` is that length (None: long enough
 that every bucket the map can give is reached). In T5 one table serves every layer of a stack
-and belongs to its first layer; UMT5 gives each layer its own. ``FAMILY`` is the record
-``attnid.families`` lists.
+and belongs to its first layer; UMT5 gives each layer its own. ``attnid.families`` lists the
+family.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from . import counts, layer, symmetry
-from .layout import Count, Family, Params
+from .layout import Count, Params
 from .normalise import causal_mask, chunk_mask, window_mask
 from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
@@ -310,17 +310,3 @@ def hf_cross_check(spec: RelativeBiasSpec, seed: int = 0) -> Any:
 def example() -> RelativeBiasSpec:
     """T5's encoder structure at a small size: two heads, no biases, 8 buckets up to distance 12, 10 tokens."""
     return RelativeBiasSpec(AttentionSpec.create(8, 2, causal=False), buckets=8, max_distance=12, seq_len=10)
-
-
-FAMILY = Family(
-    name="relative-bias",
-    layout=RelativeBiasSpec,
-    proofs=("thm-relative-bias",),
-    parameter_shapes=parameter_shapes,
-    init_params=init_params,
-    forward=forward,
-    count=count,
-    tangent_basis=tangent_basis,
-    verify=verify,
-    example=example,
-)

@@ -2,7 +2,8 @@
 
 ``OnMultiHead`` gives a layout class with a ``base: AttentionSpec`` field the width, head count and
 mask of the ``Layout`` protocol from its base; the family module adds its own fields and ``describe``.
-``offset_forward`` is the reference layer with additive score offsets per head and pair of positions.
+``offset_forward`` is the reference layer with additive score offsets per head and pair of positions;
+``verify_on_base`` the numeric check of such a layout (``attnid.nullity``) at its base's default length.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ import math
 
 import torch
 
+from collections.abc import Callable
+from typing import Any
+
 from . import layer
-from .layout import Params
+from .layout import Count, Params
 from .normalise import attention_weights
+from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
+from .verify import default_seq_len
 
 
 class OnMultiHead:
@@ -50,3 +56,13 @@ def offset_forward(params: Params, x: torch.Tensor, base: AttentionSpec, offsets
     weights = attention_weights(scores, norm=base.norm, causal=base.causal, sink=params.get("sink"),
                                 window=base.window, chunk=base.chunk)
     return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)
+
+
+def verify_on_base(spec: Any, count: Count, init_params: Callable[..., Params], forward: Callable[..., torch.Tensor],
+                   tangent_basis: Callable[[Params, Any], torch.Tensor], *, seed: int, seq_len: int | None,
+                   n_inputs: int | None, max_rounds: int) -> FamilyCheck:
+    """The exact ``count`` of a layout on ``spec.base`` next to the float64 Jacobian's nullity at a seeded random point."""
+    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
+                        exact=count.unidentified, total=count.total,
+                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
+                        n_inputs=n_inputs, max_rounds=max_rounds)

@@ -41,7 +41,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..layout import Family
+import torch
+
+from ..layout import Params
 from .spec import HF_LATENT_NORM_EPS, MLASpec
 from .layer import check_params, forward, init_params, kv_latent, parameter_shapes, query_states
 from .count import count, coverage_problems, latent_symmetry_dimension, total_parameters
@@ -50,7 +52,6 @@ from .verify import MLAVerification, verify
 from .hf import hf_cross_check, hf_module, hf_nullity, HFCrossCheck, HFMLA
 
 __all__ = [
-    "FAMILY",
     "HFCrossCheck",
     "HFMLA",
     "HF_LATENT_NORM_EPS",
@@ -60,8 +61,10 @@ __all__ = [
     "apply_symmetry",
     "check_params",
     "count",
+    "example",
     "coverage_problems",
     "forward",
+    "from_hf_config",
     "hf_cross_check",
     "hf_module",
     "hf_nullity",
@@ -75,32 +78,24 @@ __all__ = [
     "random_symmetry",
     "rope_commutant_basis",
     "scale_direction",
+    "tangent_columns",
     "tangent_basis",
     "total_parameters",
     "verify",
 ]
 
 
-def _example() -> MLASpec:
+def example() -> MLASpec:
     """A small latent layout with both latents and a rotated part, quick to verify."""
     return MLASpec(d_model=8, heads=2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2,
                    q_lora_rank=4)
 
 
-def _from_hf_config(cfg: Mapping[str, Any]) -> tuple[MLASpec, dict[str, str]]:
+def from_hf_config(cfg: Mapping[str, Any]) -> tuple[MLASpec, dict[str, str]]:
+    """The layout of a DeepSeek-style config.json, and the keys it did not read, each with the reason."""
     return MLASpec.from_hf_config(cfg)
 
 
-FAMILY = Family(
-    name="latent",
-    layout=MLASpec,
-    proofs=("thm-mla-symmetries", "prop-mla-count", "prop-mla-weak"),
-    parameter_shapes=parameter_shapes,
-    init_params=init_params,
-    forward=forward,
-    count=count,
-    tangent_basis=lambda params, spec: tangent_basis(params, spec).T,
-    verify=verify,
-    example=_example,
-    from_hf_config=_from_hf_config,
-)
+def tangent_columns(params: Params, spec: MLASpec) -> torch.Tensor:
+    """The orbit's tangent directions at ``params`` as the columns of a (P, k) matrix (``tangent_basis`` gives rows)."""
+    return tangent_basis(params, spec).T
