@@ -206,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             parser.error(f"-p expects NAME=VALUE, got {item!r}")
-        parameters[name] = parse_value(value)
+        try:
+            parameters[name] = parse_value(value)
+        except yaml.YAMLError as exc:
+            parser.error(f"-p {name}: {value!r} is not a YAML value ({' '.join(str(exc).split())[:160]})")
     declared = set().union(*(papermill.inspect_notebook(str(ROOT / p)) for p in notebooks))
     unknown = sorted(set(parameters) - declared - {"DEVICE"})
     if unknown:

@@ -33,7 +33,7 @@ import yaml
 
 from . import families
 from .counts import Count, count
-from .fields import FIELDS, rope_columns
+from .fields import FIELDS, rope_columns, shown_path
 from .alibi import AlibiSpec
 from .gated import GatedSpec
 from .layout import Layout
@@ -207,7 +207,7 @@ def _listed(keys: Any) -> str:
 
 
 def _where(path: Path | None, key: str | None = None, name: str | None = None) -> str:
-    parts = [f"census file {str(path)!r}"] if path is not None else []
+    parts = [f"census file {shown_path(path)!r}"] if path is not None else []
     if key is not None:
         parts.append(f"layout {_quoted(key)}")
     if name is not None:

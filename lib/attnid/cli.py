@@ -43,9 +43,11 @@ from .nullity import FamilyCheck
 from .relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from .runtime import MAX_SEED
 from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
-from .verify import METHODS, MIN_SEQ_LEN, Estimate, Verification, default_seq_len, estimate_resources, format_bytes, verify
+from .verify import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
+                     estimate_resources, format_bytes, verify)
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 # Tokens per input: the rank needs P rows in all, and more inputs deliver them more cheaply than
 # longer ones (an input of n tokens costs H n^2 scores per batched tangent); 4096 is far above the
 # default rule's 32 and already costs a one-head layout gigabytes (d_model 4: 8 GiB in forward mode).
@@ -59,8 +61,10 @@ EPILOG = f"""exit codes:
   {EXIT_OK}  success (verify: the numeric nullity matches the exact count, or no exact count and a clear
      decision); also when the reader of the output stops early (e.g. | head -1)
   {EXIT_MISMATCH}  verify: mismatch or unclear rank decision
-  {EXIT_USAGE}  bad flags or layout, or verify refused: estimated peak memory above --max-memory
+  {EXIT_USAGE}  bad flags or layout, or verify refused: estimated peak memory above --max-memory; or the
+     output could not be written (standard output closed or full)
   {EXIT_OUT_OF_MEMORY}  verify ran out of memory all the same
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
 bounds: --d-model, --heads, --kv-heads, --head-dim, --v-head-dim 1 to {MAX_WIDTH:,};
   --seq-len {MIN_SEQ_LEN} to {MAX_SEQ_LEN}; --seed 0 to 2**63 - 1; --rope-fraction 0 to 1;
   --rope-base {FIELDS["rope_base"].rule.removeprefix("a number ")}; --qk-norm-eps 0 to {MAX_QK_NORM_EPS:g};
@@ -440,9 +444,10 @@ def _estimate(spec: Layout, args: argparse.Namespace) -> Estimate:
     return Estimate(nullity.estimate_bytes(p, spec.d_model, seq_len), p, seq_len, 0, "forward", {})
 
 
-def _run(spec: Layout, args: argparse.Namespace) -> Verification | FamilyCheck:
-    if isinstance(spec, AttentionSpec):
-        return verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress)
+def _run(spec: Layout, args: argparse.Namespace, limit: int) -> Verification | FamilyCheck:
+    if isinstance(spec, AttentionSpec):  # the limit is checked again before each route verify takes
+        return verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress,
+                      max_bytes=limit)
     return families.verify(spec, seq_len=args.seq_len, seed=args.seed)
 
 
@@ -463,7 +468,12 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
         print(f"attnid verify: estimated peak memory {estimate.human()} (--method {args.method}, "
               f"{estimate.n_params:,} parameters), --max-memory {format_bytes(limit)}", file=sys.stderr, flush=True)
     try:
-        result = _run(spec, args)
+        result = _run(spec, args, limit)
+    except MemoryLimitExceeded as exc:  # the structured route gave up, and the dense route would need more
+        parser.exit(EXIT_USAGE, (
+            f"attnid verify: error: the structured route could not decide this layout, and the {exc.route} route's "
+            f"estimated peak of {exc.estimate.human()} is above --max-memory {format_bytes(limit)}; use `attnid count` "
+            "for the exact count, or verify a smaller layout\n"))
     except (MemoryError, RuntimeError) as exc:
         if not _is_out_of_memory(exc):
             raise
@@ -510,21 +520,48 @@ def _main(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The attnid command; returns the exit code (module docstring). A reader that closes the pipe early ends it quietly."""
+    """The attnid command; returns the exit code (module docstring).
+
+    A reader that closes the pipe early ends it quietly (exit 0); an output that cannot be written
+    (stdout closed, a full disk) ends it with one line on stderr (exit 2); Ctrl-C with one line (exit 130).
+    """
+    if sys.stdout is None:  # started with stdout closed (>&-): nowhere to write the result
+        _say("attnid: error: standard output is closed; nowhere to write the result")
+        return EXIT_USAGE
     try:
         try:
             return _main(argv)
         finally:
             sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not as a traceback at exit
+    except KeyboardInterrupt:
+        _say("attnid: interrupted")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # As the Python documentation recommends for SIGPIPE: point stdout at devnull so the interpreter's
         # own flush at exit finds nothing to complain about, and stop. The reader has what it asked for.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        _quiet_stdout()
         return EXIT_OK
+    except OSError as exc:  # e.g. ENOSPC writing to /dev/full: the result was not written
+        _quiet_stdout()
+        _say(f"attnid: error: cannot write the output ({exc.strerror or exc})")
+        return EXIT_USAGE
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if there is a stderr to write to."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at devnull, so that the interpreter's flush at exit has nothing left to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -250,6 +250,9 @@ def value_bias_unidentified(spec: AttentionSpec) -> int:
 
 def count(spec: AttentionSpec) -> Count:
     """Total, unidentified and the breakdown by source for a layout."""
+    if not isinstance(spec, AttentionSpec):
+        raise TypeError(f"count takes an AttentionSpec, got {type(spec).__name__}; for a layout of another family "
+                        "use attnid.families.count")
     total = total_parameters(spec)
     qk = query_key_unidentified(spec)
     if qk is None:

@@ -58,6 +58,12 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shown_path(path: object, limit: int = 160) -> str:
+    """A file path for an error message: as given, or cut in the middle when longer than ``limit`` characters."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2 - 3):]}"
+
+
 def format_number(value: float) -> str:
     """A range end for a message: 1e12 as 1e12, 1 + 1e-6 as 1 + 1e-6, 1,000,000 with separators."""
     if value == MIN_ROPE_BASE:

@@ -28,6 +28,7 @@ from typing import Any
 
 from . import families, hfmodels  # noqa: F401  (hfmodels registers the mappers of further model types)
 from .alibi import AlibiSpec
+from .fields import shown_path
 from .hfread import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, NEVER_OFF_SWITCH,
                      ROPE_SCALING_WHY, SILENT,
                      WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder,
@@ -274,10 +275,11 @@ for _type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):
 def read_config(path: Path | str) -> tuple[dict[str, Any], str]:
     """(the JSON object, the file's path as text) from a config.json or a folder holding one."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    where = str(path)
-    try:
+    where = shown_path(path)
+    try:  # a name too long, or a folder the user may not enter, fails already here
+        if path.is_dir():
+            path = path / "config.json"
+            where = shown_path(path)
         size = path.stat().st_size
     except OSError as exc:
         raise ValueError(f"{where}: cannot read ({exc.strerror or exc})") from None
@@ -287,7 +289,9 @@ def read_config(path: Path | str) -> tuple[dict[str, Any], str]:
         raise ValueError(f"{where}: {size} bytes, larger than a configuration ({MAX_CONFIG_BYTES} bytes at most)")
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
         raise ValueError(f"{where}: cannot read ({exc})") from None
     try:
         data = json.loads(text, parse_constant=lambda c: float(c))

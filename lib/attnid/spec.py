@@ -111,6 +111,8 @@ class AttentionSpec:
         check("rope_base", self.rope_base)
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
+        if not isinstance(self.sink_learned, bool):
+            raise TypeError(f"sink_learned must be True or False, got {self.sink_learned!r}")
         if self.sink_learned and self.norm != "sink":
             raise ValueError(f"sink_learned needs norm='sink', got norm={self.norm!r}")
         if not isinstance(self.causal, bool):

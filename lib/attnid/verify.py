@@ -230,6 +230,7 @@ def numeric_rank(
     method: str = "svd",
     device: torch.device | str = "cpu",
     progress: bool = False,
+    max_bytes: int | None = None,
 ) -> NumericRank:
     """Rank decision for the layer's Jacobian at a seeded random point on seeded random inputs.
 
@@ -239,8 +240,16 @@ def numeric_rank(
     and falls back to the SVD route when that cannot be proved; 'auto' tries the structured
     certificate (``attnid.structured``: softmax layouts without a QK-norm, no verified bounds,
     far cheaper for wide layers) before the dense one.
+
+    ``max_bytes``: before each route starts, its estimated peak memory (``estimate_resources``) is
+    compared with this limit, and ``MemoryLimitExceeded`` is raised instead of running it; so a
+    layout the structured route gives up on never reaches the far larger dense route unchecked.
     """
     seq_len, n_inputs = _check_arguments(spec, seq_len, n_inputs, method)
+    covered = count(spec).covered
+    tries_structured = method == "auto" and covered and structured.covers(spec) is None
+    fallback = "dense" if method in ("auto", "dense") else "svd"
+    _guard("structured" if tries_structured else fallback, spec, seq_len, n_inputs, max_bytes)
     gen = generator(seed)  # draws, in order: the point, the first inputs, then each round's extra inputs
     params = _draw_point(spec, gen, device)
     inputs = _inputs(spec, gen, n_inputs, seq_len, device)
@@ -248,11 +257,11 @@ def numeric_rank(
     def layer(p: Params, x: torch.Tensor) -> torch.Tensor:
         return forward(p, x, spec)
 
-    covered = count(spec).covered
-    if method == "auto" and covered and structured.covers(spec) is None:
+    if tries_structured:
         decided = _try_structured(spec, params, inputs, lambda k: _inputs(spec, gen, k, seq_len, device), progress)
         if decided is not None:
             return decided
+        _guard(fallback, spec, seq_len, n_inputs, max_bytes)
     basis = orbit_tangent(params, spec) if covered else None
     if method in ("auto", "dense") and basis is not None:
         certified = _try_certificate(layer, params, inputs, basis, mode, progress)
@@ -267,11 +276,12 @@ def numeric_rank(
 
 
 def verify(spec: AttentionSpec, *, seq_len: int | None = None, seed: int = 0, n_inputs: int | None = None,
-           method: str = "auto", device: torch.device | str = "cpu", progress: bool = False) -> Verification:
-    """Exact count and numeric nullity side by side (``method`` as in ``numeric_rank``)."""
+           method: str = "auto", device: torch.device | str = "cpu", progress: bool = False,
+           max_bytes: int | None = None) -> Verification:
+    """Exact count and numeric nullity side by side (``method`` and ``max_bytes`` as in ``numeric_rank``)."""
     seq_len = default_seq_len(spec) if seq_len is None else seq_len
     numeric = numeric_rank(spec, seq_len=seq_len, seed=seed, n_inputs=n_inputs, method=method, device=device,
-                           progress=progress)
+                           progress=progress, max_bytes=max_bytes)
     return Verification(count(spec), numeric, seq_len, seed)
 
 
@@ -367,6 +377,25 @@ class Estimate:
     def human(self) -> str:
         """The estimate in readable units, e.g. '12.9 GiB'."""
         return format_bytes(self.bytes)
+
+
+class MemoryLimitExceeded(ValueError):
+    """A route of ``numeric_rank`` would need more memory than its ``max_bytes``; raised before the route runs."""
+
+    def __init__(self, route: str, estimate: Estimate, limit: int) -> None:
+        self.route, self.estimate, self.limit = route, estimate, limit
+        super().__init__(f"the {route} route needs about {estimate.human()} of memory (estimated peak, "
+                         f"{estimate.n_params:,} parameters, {estimate.n_inputs} inputs of {estimate.seq_len} tokens), "
+                         f"above the limit of {format_bytes(limit)}")
+
+
+def _guard(route: str, spec: AttentionSpec, seq_len: int, n_inputs: int, max_bytes: int | None) -> None:
+    """Raise MemoryLimitExceeded when ``route``'s estimated peak exceeds ``max_bytes`` (None: no limit)."""
+    if max_bytes is None:
+        return
+    estimate = estimate_resources(spec, seq_len, n_inputs, method="auto" if route == "structured" else route)
+    if estimate.bytes > max_bytes:
+        raise MemoryLimitExceeded(route, estimate, max_bytes)
 
 
 def format_bytes(n: int | float) -> str:
@@ -524,7 +553,8 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
     and bytes = ESTIMATE_FIRST_USE_BYTES + ESTIMATE_SAFETY F + min(F, ESTIMATE_HEAP_SLACK_CAP) with
     F = 8 (sum of the terms), as for the dense route (``estimate_resources``). It covers the
     structured route only: a layout it gives up on goes to the dense route, whose own estimate
-    (``method='dense'``) is far larger at d_model = 64. Measured peaks (same conditions as the dense
+    (``method='dense'``) is far larger at d_model = 64, and which ``numeric_rank(max_bytes=...)``
+    checks against the limit before it starts. Measured peaks (same conditions as the dense
     table; the estimate counts the largest attempt, 8 times the first batch of inputs):
 
         layout (attempt that decided)                   measured   estimate
