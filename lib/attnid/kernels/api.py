@@ -347,10 +347,11 @@ def attention_jvp(
         if not isinstance(t, torch.Tensor) or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
             raise ValueError(f"{name} must match {name[1]} in shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})")
     if choose_backend(backend, q, v) == "reference":
+        # dense copies: forward-mode AD refuses a primal or tangent whose elements share memory (an expanded view)
         return torch.func.jvp(
             lambda a, b, c: reference_attention(a, b, c, causal=settings.causal, rope_dims=settings.rope_dims,
                                                 rope_base=settings.rope_base, sink=sink, scale=settings.scale),
-            (q, k, v), (tq, tk, tv),
+            tuple(x.contiguous() for x in (q, k, v)), tuple(t.contiguous() for t in (tq, tk, tv)),
         )
     out, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, settings.causal, settings.rope_dims, settings.rope_base,
                                   settings.scale)
