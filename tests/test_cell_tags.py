@@ -56,8 +56,8 @@ def test_a_result_is_never_removed() -> None:
 
 def test_plain_code_is_left_alone_and_other_tags_kept() -> None:
     cell = code("x = sp.symbols('x')\nprint(x)", stdout("x\n"), tags=("hide-input",))
-    assert celltags.violations([cell]) == []
-    assert celltags.apply([cell]) == 0 and cell["metadata"]["tags"] == ["hide-input"]
+    assert celltags.apply([cell]) == 1 and cell["metadata"]["tags"] == ["hide-input"]  # only its button labelled
+    assert celltags.violations([cell]) == [] and celltags.apply([cell]) == 0
 
 
 def test_apply_is_idempotent_and_fixes_every_violation() -> None:
@@ -76,3 +76,21 @@ def test_every_book_notebook_follows_the_rule(notebook: Path) -> None:
     cells = nbformat.read(ROOT / notebook, as_version=4).cells
     bad = celltags.violations(cells)
     assert not bad, f"{notebook}: " + "; ".join(bad) + " (fix: python scripts/tag_cells.py)"
+
+
+def test_a_long_cell_that_shows_a_result_is_collapsed_and_its_result_kept() -> None:
+    long = "\n".join(f"x{i} = {i}" for i in range(celltags.LONG_CELL_LINES + 1))
+    assert celltags.required_tags(code(long, stdout("a result\n"))) == {"hide-input"}
+    assert celltags.required_tags(code(long)) == set()  # nothing shown: nothing pushed off the page
+    short = "\n".join(f"x{i} = {i}" for i in range(celltags.LONG_CELL_LINES))
+    assert celltags.required_tags(code(short, stdout("a result\n"))) == set()
+
+
+def test_every_collapsed_cell_says_what_its_button_opens() -> None:
+    cells = [code("DEVICE = 'cpu'", tags=("parameters",)), code('book = attnbook.setup(NB, globals())\nglue("a", 1)', RECORD,
+             stdout("shown\n")), code('glue("b", 2)\nprint(2)', RECORD, stdout("2\n")), code("y = 1")]
+    celltags.apply(cells)
+    shows = [c["metadata"].get("mystnb", {}).get("code_prompt_show") for c in cells]
+    assert shows == [celltags.PROMPTS["parameters"][0], celltags.PROMPTS["setup"][0], celltags.PROMPTS["result"][0], None]
+    cells[2]["metadata"]["mystnb"]["code_prompt_show"] = "Show code cell source"
+    assert any("button" in line for line in celltags.violations(cells))

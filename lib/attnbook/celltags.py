@@ -7,7 +7,13 @@ re-executes and compares it, but off the rendered page:
   (collapsed; one click shows the settings);
 - a cell whose only visible outputs are plumbing (figure-data hashes, "wrote data/...") or that
   has no visible output at all while it glues values (``glue(``): ``remove-cell``;
-- any other cell that glues values: ``hide-input`` (its checks stay visible).
+- any other cell that glues values: ``hide-input`` (its checks stay visible);
+- a cell of more than ``LONG_CELL_LINES`` lines that shows a result: ``hide-input`` (the result
+  stays in view; a long listing would push it, and the prose, off the page).
+
+Every collapsed cell gets a button that says what it opens (myst-nb's ``code_prompt_show`` and
+``code_prompt_hide`` in the cell's ``mystnb`` metadata): the chapter's parameters, its imports and
+setup, or the code behind the result shown under it (``PROMPTS``).
 
 A cell keeps tags the rule does not manage. ``remove-cell``/``remove-output`` on a cell that
 shows a result is a violation (a result must never be hidden by accident), and the rule
@@ -26,6 +32,13 @@ REMOVING = frozenset({"remove-cell", "remove-output"})
 PLUMBING = re.compile(r"^(figure data\b|wrote data/)")
 RECORD_PREFIX = "application/papermill.record/"  # glue() outputs: never shown where they are made
 GLUE_CALL = re.compile(r"(^|[^\w.])glue\(")
+LONG_CELL_LINES = 25  # a visible code cell longer than this is collapsed (its outputs stay)
+SETUP_CALL = re.compile(r"attnbook\.setup\(")
+PROMPTS = {  # what the button of a collapsed cell says, by the cell's role
+    "parameters": ("Show the parameters of this notebook", "Hide the parameters"),
+    "setup": ("Show the imports and setup", "Hide the imports and setup"),
+    "result": ("Show the code behind this result", "Hide the code"),
+}
 
 
 def visible_outputs(cell: dict[str, Any]) -> list[dict[str, Any]]:
@@ -62,9 +75,24 @@ def required_tags(cell: dict[str, Any]) -> set[str]:
         return {"remove-cell"}
     if glues and not shown:
         return {"remove-cell"}
-    if glues:
+    if glues or (shown and source.count("\n") + 1 > LONG_CELL_LINES):
         return {"hide-input"}
     return set()
+
+
+def required_prompts(cell: dict[str, Any], tags: set[str]) -> dict[str, str]:
+    """The labels of a collapsed cell's button ({} for a cell shown in full or removed), given its tags."""
+    if cell.get("cell_type") != "code" or "remove-cell" in tags or not tags & {"hide-cell", "hide-input"}:
+        return {}
+    role = ("parameters" if tags & PARAMETER_TAGS else
+            "setup" if SETUP_CALL.search("".join(cell.get("source", ""))) else "result")
+    show, hide = PROMPTS[role]
+    return {"code_prompt_show": show, "code_prompt_hide": hide}
+
+
+def _prompts(cell: dict[str, Any]) -> dict[str, str]:
+    mystnb = cell.get("metadata", {}).get("mystnb", {})
+    return {k: mystnb[k] for k in ("code_prompt_show", "code_prompt_hide") if k in mystnb}
 
 
 def forbidden_tags(cell: dict[str, Any]) -> set[str]:
@@ -81,6 +109,8 @@ def violations(cells: Iterable[dict[str, Any]]) -> list[str]:
         missing, forbidden = required_tags(cell) - tags, forbidden_tags(cell)
         if missing or forbidden:
             found.append(f"cell {i}: missing {sorted(missing)}, forbidden {sorted(forbidden)}")
+        elif _prompts(cell) != required_prompts(cell, tags):
+            found.append(f"cell {i}: its button should say {required_prompts(cell, tags) or 'nothing'}")
     return found
 
 
@@ -93,7 +123,16 @@ def apply(cells: Iterable[dict[str, Any]]) -> int:
         tags = list(cell.get("metadata", {}).get("tags", []))
         drop = forbidden_tags(cell)
         new = [t for t in tags if t not in drop] + sorted(required_tags(cell) - set(tags))
-        if new != tags:
-            cell.setdefault("metadata", {})["tags"] = new
-            changed += 1
+        prompts = required_prompts(cell, set(new))
+        if new == tags and _prompts(cell) == prompts:
+            continue
+        metadata = cell.setdefault("metadata", {})
+        metadata["tags"] = new
+        mystnb = {k: v for k, v in metadata.get("mystnb", {}).items() if k not in ("code_prompt_show", "code_prompt_hide")}
+        mystnb |= prompts
+        if mystnb:
+            metadata["mystnb"] = mystnb
+        else:
+            metadata.pop("mystnb", None)
+        changed += 1
     return changed
