@@ -31,24 +31,29 @@ def tarball(members: dict[str, bytes]) -> bytes:
 
 
 def test_a_tarball_that_is_not_the_pinned_one_is_refused() -> None:
-    data = tarball({"package/es5/tex-chtml.js": b"evil"})
+    data = tarball({"package/tex-chtml.js": b"evil"})
     with pytest.raises(fetch_mathjax.ChecksumError, match="expected " + fetch_mathjax.SHA256):
         fetch_mathjax.check(data)
     fetch_mathjax.check(data, hashlib.sha256(data).hexdigest())
 
 
-def test_unpack_keeps_only_the_browser_bundles_and_stamps_the_version(tmp_path: Path) -> None:
-    data = tarball({"package/es5/tex-chtml.js": b"js", "package/es5/output/chtml/fonts/a.woff": b"f",
-                    "package/js/node.js": b"node", "package/package.json": b"{}"})
+def test_unpack_keeps_the_browser_components_and_the_fonts_chtml_files_and_stamps_both_pins(tmp_path: Path) -> None:
+    data = tarball({"package/tex-chtml.js": b"js", "package/input/tex/extensions/ams.js": b"ams", "package/LICENSE": b"l",
+                    "package/node-main.cjs": b"node", "package/package.json": b"{}", "package/README.md": b"#"})
+    font = tarball({"package/chtml.js": b"font", "package/chtml/woff2/a.woff2": b"w", "package/svg/a.js": b"svg",
+                    "package/cjs/x.js": b"node"})
     target = tmp_path / "_vendor" / "mathjax"
-    assert fetch_mathjax.unpack(data, target) == 2
+    assert fetch_mathjax.unpack(data, target, font) == 5
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == [
-        ".version", "output/chtml/fonts/a.woff", "tex-chtml.js"]
+        ".version", "LICENSE", "fonts/mathjax-newcm-font/chtml.js", "fonts/mathjax-newcm-font/chtml/woff2/a.woff2",
+        "input/tex/extensions/ams.js", "tex-chtml.js"]
     assert fetch_mathjax.installed(target)
+    fetch_mathjax.unpack(data, target)  # without the font: not the pinned installation
+    assert not fetch_mathjax.installed(target)
 
 
 def test_unpack_refuses_a_path_outside_the_target(tmp_path: Path) -> None:
-    data = tarball({"package/es5/tex-chtml.js": b"js", "package/es5/../../escape.js": b"x"})
+    data = tarball({"package/tex-chtml.js": b"js", "package/../../escape.js": b"x"})
     with pytest.raises(fetch_mathjax.ChecksumError, match="unsafe path"):
         fetch_mathjax.unpack(data, tmp_path / "mathjax")
     assert not (tmp_path / "escape.js").exists() and not (tmp_path / "mathjax").exists()

@@ -13,6 +13,8 @@ reports a ``Problem`` for each of:
   page that scrolls sideways (``overflow``);
 - a figure wider than the text column, even inside a scroll container: part of it is out of
   sight until the reader scrolls (``figure``);
+- a display equation wider than the text column, even inside a scroll container (``equation``):
+  MathJax 4 breaks a long one over lines, so one that is still wide needs rewriting (``aligned``);
 - a link to a local file that does not exist (``link``).
 
 Desktop (1280 px, light) and phone (390 px, dark) widths; a full-page screenshot of each is
@@ -46,7 +48,7 @@ class Problem:
 
     page: str
     width: str
-    kind: str  # console | network | math | image | overflow | figure | link
+    kind: str  # console | network | math | image | overflow | figure | equation | link
     detail: str
 
     def __str__(self) -> str:
@@ -139,6 +141,12 @@ async () => {
     if (w > right - left + 1)
       found.push(['figure', `${describe(img.closest('figure'))} is ${Math.round(w)} px wide in a ` +
                             `${Math.round(right - left)} px column: part of it is out of sight`]);
+  }
+  for (const eq of column.querySelectorAll('mjx-container[display="true"]')) {
+    const w = Math.max(eq.scrollWidth, eq.getBoundingClientRect().width);
+    if (w > right - left + 1)
+      found.push(['equation', `${describe(eq)} is ${Math.round(w)} px wide in a ${Math.round(right - left)} px ` +
+                              'column: part of it is out of sight']);
   }
   if (document.documentElement.scrollWidth > window.innerWidth + 1)
     found.push(['overflow', `the page scrolls sideways (${document.documentElement.scrollWidth} px wide ` +

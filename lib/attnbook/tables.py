@@ -31,8 +31,8 @@ def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]], right: 
     return "\n".join(lines)
 
 
-def format_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G", "d_k", "d_v")) -> str:
-    """A text table of ``attnid.checks.verify_grid`` rows: the chosen layout columns, then P, exact, numeric, match."""
+def _grid_table(rows: Sequence[GridRow], columns: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of ``attnid.checks.verify_grid`` rows: the chosen layout columns, then P, exact, numeric, match."""
     unknown = [c for c in columns if c not in LAYOUT_COLUMNS]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}; choose from {sorted(LAYOUT_COLUMNS)}")
@@ -40,4 +40,16 @@ def format_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G"
     body = [[str(LAYOUT_COLUMNS[c](r.spec)) for c in columns]
             + [str(r.total), "-" if r.exact is None else str(r.exact), str(r.numeric),
                {True: "yes", False: "NO", None: "n/a"}[r.matches]] for r in rows]
-    return text_table(header, body)
+    return header, body
+
+
+def format_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G", "d_k", "d_v")) -> str:
+    """A text table of ``attnid.checks.verify_grid`` rows: the chosen layout columns, then P, exact, numeric, match."""
+    return text_table(*_grid_table(rows, columns))
+
+
+def markdown_rows(rows: Sequence[GridRow], columns: Sequence[str] = ("d", "H", "G", "d_k", "d_v")) -> str:
+    """The table of ``format_rows`` in Markdown (an HTML table in the book: it scrolls, its first column stays)."""
+    header, body = _grid_table(rows, columns)
+    numeric = [i for i, h in enumerate(header) if h in ("d", "H", "G", "d_k", "d_v", "r", "window", "P", "exact", "numeric")]
+    return markdown_table(header, body, right=numeric)

@@ -99,3 +99,18 @@ def test_a_figure_fits_the_phone_and_opens_at_full_size(html_root: Path, broken)
     svg = next((html_root / "_images").glob("*.svg")).name
     page = broken("phonefigure", f'<figure id="probe-fits"><img src="_images/{svg}" alt="fits"></figure>')
     assert not [p for p in check_book(html_root, [page], widths=WIDTHS) if p.kind in ("figure", "overflow")]
+
+
+def test_a_display_equation_wider_than_the_phone_fails(html_root: Path, broken) -> None:  # noqa: ANN001
+    # a rule 40 em long: nothing MathJax can break (it breaks long sums and even \\mbox text over lines)
+    wide = r'<div class="math notranslate nohighlight" id="probe-eq">\[x = \rule{40em}{1pt}\]</div>'
+    found = {}
+    for problem in check_book(html_root, [broken("equation", wide)], widths=WIDTHS[1:]):
+        found.setdefault(problem.kind, []).append(problem.detail)
+    assert any("px wide in a" in d for d in found.get("equation", [])), found
+
+
+def test_a_long_display_equation_is_broken_over_lines_on_the_phone(html_root: Path, broken) -> None:  # noqa: ANN001
+    long = r'<div class="math notranslate nohighlight">\[' + " + ".join(f"a_{{{i}}} b_{{{i}}}" for i in range(40)) + r'\]</div>'
+    problems = check_book(html_root, [broken("longequation", long)], widths=WIDTHS[1:])
+    assert not [p for p in problems if p.kind in ("equation", "overflow")], problems
