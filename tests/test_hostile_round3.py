@@ -211,3 +211,19 @@ def test_a_string_for_sink_learned_is_refused() -> None:
 def test_count_of_something_that_is_not_a_layout_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="count takes an AttentionSpec, got NoneType"):
         attnid.count(None)
+
+
+def test_latent_attention_widths_written_as_integral_floats_count_as_their_integers(tmp_path: Path) -> None:
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8}
+    records = []
+    for widths in (cfg, {**cfg, "hidden_size": 64.0, "kv_lora_rank": 16.0}):  # as other model types accept them
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(widths), encoding="utf-8")
+        code, out, err = run_main(["count", "--config", str(path), "--json"])
+        assert code == 0, err
+        records.append(strict_json(out))
+    assert records[0] == records[1]  # the same file name: the whole record, counts included, is the same
+    path.write_text(json.dumps({**cfg, "hidden_size": 64.5}), encoding="utf-8")
+    code, _, err = run_main(["count", "--config", str(path)])
+    assert code == 2 and "64.5" in err and len(err.splitlines()) == 1
