@@ -11,3 +11,14 @@ document.addEventListener("DOMContentLoaded", () => {
     link.appendChild(img);
   }
 });
+
+// A text output that is prose, not a table, wraps at the column's edge instead of running past it
+// (book.css: .prose-output); a table (two or more lines with columns set apart by runs of spaces) keeps
+// its alignment and scrolls. Lines break only at spaces, never inside a number.
+const TABULAR = /\S {2,}\S/;
+document.addEventListener("DOMContentLoaded", () => {
+  for (const pre of document.querySelectorAll(".bd-article .cell_output pre")) {
+    const lines = pre.textContent.split("\n").filter(line => line.trim());
+    if (lines.filter(line => TABULAR.test(line.trim())).length < 2) pre.classList.add("prose-output");
+  }
+});
