@@ -26,7 +26,10 @@ def test_the_ball_layer_is_the_reference_layer(fields) -> None:
     assert ballcert.forward_error(AttentionSpec.create(**fields)) < 1e-13
 
 
-@pytest.mark.parametrize("fields", [LAYOUTS[1], LAYOUTS[3], LAYOUTS[6]], ids=str)
+WIDE_SINK = dict(d_model=3, heads=2, head_dim=5, v_head_dim=2, norm="sink", sink_learned=True, bias="qkv", causal=True)
+
+
+@pytest.mark.parametrize("fields", [LAYOUTS[1], LAYOUTS[3], LAYOUTS[6], WIDE_SINK], ids=str)
 def test_the_exact_count_is_proved(fields) -> None:
     spec = AttentionSpec.create(**fields)
     result = ballcert.certify(spec)

@@ -161,6 +161,17 @@ def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
     assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/training.py"} & set(deps)
 
 
+def test_a_module_that_affects_no_data_is_not_a_dependency(tmp_path: Path) -> None:
+    # attnbook.style draws figures only (AFFECTS_DATA = False): loading it must not tie data files to it.
+    root = _book(tmp_path)
+    script = ("import attnid.counts, attnbook.style\nfrom attnbook.provenance import write_csv\n"
+              f"write_csv('t.csv', ['a'], [(1,)], notebook='chapters/n.ipynb', parameters={{}}, device='cpu',"
+              f" root=__import__('pathlib').Path({str(root)!r}))\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+    deps = json.loads((root / "data" / ("t.csv" + SIDECAR_SUFFIX)).read_text())["depends_on"]
+    assert "attnid/counts.py" in deps and "attnbook/style.py" not in deps
+
+
 def _chapter_record(name: str) -> dict:
     return next(r for r in read_all_provenance(ROOT) if r["file"] == name)
 

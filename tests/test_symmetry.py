@@ -18,6 +18,7 @@ SPECS = [
     AttentionSpec.create(8, 2, bias="qkvo", norm="sink", sink_learned=True),
     AttentionSpec.create(6, 2, bias="v"),
     AttentionSpec.create(8, 2, bias="qkvo", norm="sigmoid", causal=True),
+    AttentionSpec.create(3, 2, head_dim=5, v_head_dim=2, bias="qkv", norm="sink", sink_learned=True, causal=True),
 ]
 IDS = [s.describe().replace(" ", ",") for s in SPECS]
 
@@ -207,3 +208,16 @@ def test_key_bias_shift_is_dead_only_on_unrotated_coordinates(causal: bool, gen:
     full = torch.randn(plain.kv_heads, plain.head_dim, generator=gen, dtype=torch.float64)
     assert float(full.norm()) > 0.1
     assert relative_change(sym.shift_key_bias(params, plain, full), params, x, plain) < 1e-12
+
+
+def test_the_sink_corner_trade_is_generated_exactly_where_it_is_counted(gen: torch.Generator) -> None:
+    wide = AttentionSpec.create(3, 2, head_dim=5, v_head_dim=2, bias="qkv", norm="sink", sink_learned=True)
+    for spec, expected in ((wide, 2), (AttentionSpec.create(8, 2, bias="qkv", norm="sink", sink_learned=True), 0),
+                           (AttentionSpec.create(3, 2, head_dim=5, v_head_dim=2, bias="kv", norm="sink", sink_learned=True), 0)):
+        labels = [label for label, _ in sym.labelled_tangent_directions(init_params(spec, gen), spec)]
+        assert sum(label.startswith("sink_corner/") for label in labels) == expected
+    params = init_params(wide, gen)
+    direction = dict(sym.labelled_tangent_directions(params, wide))["sink_corner/1"]
+    assert direction["W_Q"].abs().max() == 0 and direction["b_Q"][0].abs().max() == 0
+    torch.testing.assert_close(direction["b_Q"][1] @ params["W_K"][1].T, torch.zeros(3, dtype=torch.float64), atol=1e-13, rtol=0)
+    assert abs(float(direction["b_Q"][1] @ params["b_K"][1]) - 1) < 1e-13

@@ -9,7 +9,8 @@ found at run time rather than assumed:
 
 * ``depends_on``: the SHA-256 of every module of the ``attnid`` and ``attnbook`` packages
   loaded in the writing process when the file was written (``sys.modules``), and of the
-  data files those modules declare they read (a module-level ``DATA_FILES``);
+  data files those modules declare they read (a module-level ``DATA_FILES``); a module that
+  declares ``AFFECTS_DATA = False`` (``attnbook.style``: figures only) is left out;
 * ``notebook_source_sha256``: the writer's own source (a notebook's cell sources, outputs
   excluded; a script's bytes);
 * ``parameters``: the values it ran with.
@@ -132,6 +133,8 @@ def loaded_dependencies(root: Path | None = None) -> dict[str, str]:
     files: set[Path] = set()
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] not in TRACKED_PACKAGES or not getattr(module, "__file__", None):
+            continue
+        if getattr(module, "AFFECTS_DATA", True) is False:
             continue
         files.add(Path(module.__file__).resolve())
         files.update(Path(f).resolve() for f in getattr(module, "DATA_FILES", ()))

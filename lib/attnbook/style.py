@@ -9,7 +9,9 @@ or glued) an SVG:
   drawn (its layout redone with ``tight_layout``), so text keeps its point size instead of
   being shrunk by the browser (the column is about 690 CSS px, 7.2 in at 96 px per inch);
 - deterministic: a fixed ``svg.hashsalt`` for the ids and no date in the metadata, so two
-  executions write the same bytes and nbval can compare them.
+  executions write the same bytes and nbval can compare them;
+- colour-blind safe: the colour cycle is Okabe and Ito's palette (``OKABE_ITO``), so "C0" to "C7"
+  in a chapter name colours that stay apart for readers with a colour-vision deficiency.
 
 ``attnbook.setup`` calls ``apply()`` for every chapter. Checked by tests/test_figures.py
 (determinism, fitting) and by ``make reproduce`` run twice (SVG outputs byte-identical).
@@ -20,7 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 import matplotlib.pyplot as plt
+from cycler import cycler
 
+AFFECTS_DATA = False  # figures only: editing the style makes no data file stale (attnbook.provenance)
+
+# Okabe and Ito's palette, safe for the common colour-vision deficiencies, in the order of matplotlib's
+# defaults that the chapters name: C0 blue, C1 orange, C2 bluish green, C3 vermillion (the "red"), ...
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 COLUMN_WIDTH_IN = 6.8  # widest figure, inches; the text column is ~7.2 in at 96 CSS px per inch
 RC: dict[str, Any] = {
     "figure.figsize": (COLUMN_WIDTH_IN, 3.8),
@@ -32,6 +40,7 @@ RC: dict[str, Any] = {
     "legend.fontsize": 9,
     "svg.hashsalt": "attnbook",  # stable element ids
     "svg.fonttype": "path",
+    "axes.prop_cycle": cycler(color=OKABE_ITO),
 }
 SVG_METADATA = {"Date": None}  # no timestamp in the file
 

@@ -21,6 +21,7 @@ Modules, one line each:
 ``nullity``    the numeric check of the families without certificates (the Jacobian's nullity at a point)
 ``rope``       rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
 ``normalise``  causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
+``continuation`` a QK-norm layer's scores at complex inputs: the branch points and poles of chapter 8's proof
 ``layer``      the reference attention layer: parameter shapes, random points, ``forward``
 ``counts``     exact counts of unidentified parameters (``count``), QK-norm and sliding windows included
 ``symmetry``   the symmetry group: moves, orbit tangent, conserved quantities, balancing

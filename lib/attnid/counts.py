@@ -37,9 +37,10 @@ r/2 rotation angles and (d_k - r)(d_k - r - 1)/2 dimensions of SO(d_k - r).
 Every bias is identified, b_K included: it sits inside the norm. For d_k <= d_model (H d_k and
 G d_k <= d_model with 'full'; a normalised width of 1 with eps = 0 sees only a sign and is not
 covered) chapter 7b proves that these moves are unidentified and, at the level of each head's
-scores, that nothing else is; that the layer sees each head's scores is proved there for one
-head under plain softmax, and for several heads stated as a hypothesis that every numeric
-check confirms (``attnid verify``, tests/test_qk_norm.py).
+scores, that nothing else is; that the layer sees each head's scores is proved there too
+(prop-qk-several-heads: the poles of each head's logistic factor, continued to complex inputs,
+separate the heads), so the counts are equalities; for 'full' the per-head step is a sketch.
+Every numeric check agrees (``attnid verify``, tests/test_qk_norm.py).
 
 A sliding window (``spec.window``) changes no count when it is at least 3 keys wide, or 2
 without RoPE: every proof reads rows that see the keys at offsets 0, 1 and 2 (0 and 1

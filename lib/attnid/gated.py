@@ -19,7 +19,7 @@ bias, which without a gate only moved the constant b_O + sum_h b_V W_O^h, is now
 directions are identified. The gate's own weights are identified. The count is proved for plain
 softmax (with a sink or the sigmoid the proof's constant inputs mix the query/key side into the
 value side; such layouts get no exact count) and whenever the ungated layout's count is proved
-(with a QK-norm, as there, under hypothesis (S)).
+(with a QK-norm, as there: chapter 7b's pole argument separates the heads).
 """
 
 from __future__ import annotations

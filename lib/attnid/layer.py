@@ -95,6 +95,20 @@ def qk_normalise(t: torch.Tensor, weight: torch.Tensor | None, spec: AttentionSp
     return scaled * (weight if weight.ndim == 1 else weight[:, None, :])
 
 
+def project(params: Params, x: torch.Tensor, spec: AttentionSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Q, K, V) of X (..., n, d_model): shapes (..., H, n, d_k), (..., G, n, d_k), (..., G, n, d_v), QK-norm applied, before RoPE.
+
+    Plain tensor arithmetic, so a complex X gives the formula's analytic continuation
+    (``attnid.continuation``; the norm's mean square is the bilinear z^2).
+    """
+    q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + _head_bias(params, "b_Q")
+    k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + _head_bias(params, "b_K")
+    v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + _head_bias(params, "b_V")
+    if spec.has_qk_norm:
+        q, k = qk_normalise(q, params.get("q_norm"), spec), qk_normalise(k, params.get("k_norm"), spec)
+    return q, k, v
+
+
 def forward(params: Params, x: torch.Tensor, spec: AttentionSpec, backend: str = "reference") -> torch.Tensor:
     """Y for X of shape (..., n, d_model): the layer's output, same leading shape.
 
@@ -106,11 +120,7 @@ def forward(params: Params, x: torch.Tensor, spec: AttentionSpec, backend: str =
         raise ValueError(f"input width {x.shape[-1]} does not match d_model {spec.d_model}")
     if backend not in ("reference", "kernels"):
         raise ValueError(f"backend must be 'reference' or 'kernels', got {backend!r}")
-    q = torch.einsum("...nd,hdk->...hnk", x, params["W_Q"]) + _head_bias(params, "b_Q")
-    k = torch.einsum("...nd,gdk->...gnk", x, params["W_K"]) + _head_bias(params, "b_K")
-    v = torch.einsum("...nd,gdv->...gnv", x, params["W_V"]) + _head_bias(params, "b_V")
-    if spec.has_qk_norm:
-        q, k = qk_normalise(q, params.get("q_norm"), spec), qk_normalise(k, params.get("k_norm"), spec)
+    q, k, v = project(params, x, spec)
     if backend == "kernels":
         mixed = _attention_kernels(q, k, v, params, spec)
     else:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .counts import sink_corner_trade
 from .jacobian import flatten
 from .layer import check_params
 from .rank import COMMUTANT_TOL, DEFAULT_ZERO_TOL, is_invertible, numerical_rank
@@ -317,6 +318,7 @@ def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tup
     'query_key/g' and 'key_bias/g': 'norm_weights/g' (or 'norm_weights' for shared weights),
     the trades of ``move_qk_norm``, and with eps = 0 'query_scale/h' and 'key_scale/g'
     ('query_scale' and 'key_scale' with 'full').
+    With a learned sink, b_Q, b_K and d_k > d_model: 'sink_corner/h' (``_sink_corner_directions``).
     """
     check_params(params, spec)
     directions: list[tuple[str, dict[str, torch.Tensor]]] = []
@@ -357,6 +359,27 @@ def labelled_tangent_directions(params: Params, spec: AttentionSpec) -> list[tup
                 directions.append((f"value_bias/{g}", d))
     if spec.shift_invariant and "b_V" in params and "b_O" not in params:
         directions += [("value_bias", d) for d in _value_bias_null_directions(params, spec)]
+    return directions + _sink_corner_directions(params, spec)
+
+
+def _sink_corner_directions(params: Params, spec: AttentionSpec) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """'sink_corner/h': where ``counts.sink_corner_trade`` counts it, head h's learned sink logit trades with its scores' constant.
+
+    With b_Q, b_K and d_k > d_model (no RoPE, no QK-norm) the d_k x (d + 1) matrix [W_K^g; b_K^g]^T has
+    full column rank, so some beta has beta W_K^g^T = 0 and beta . b_K^g = 1 (the last row of its
+    pseudo-inverse). Moving b_Q^h by beta adds 1 / sqrt(d_k) to every score of head h, which the sink
+    logit, moved by the same amount, absorbs: the corner of the query/key product against the sink.
+    """
+    if not sink_corner_trade(spec):
+        return []
+    directions = []
+    for h in range(spec.heads):
+        g = spec.group_of_head(h)
+        keys = torch.cat([params["W_K"][g], params["b_K"][g][None, :]])  # (d + 1, d_k)
+        d = _zeros_like(params)
+        d["b_Q"][h] = torch.linalg.pinv(keys.T)[-1]
+        d["sink"][h] = spec.head_dim ** -0.5
+        directions.append((f"sink_corner/{h}", d))
     return directions
 
 

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from . import structured
 from .certify import JacobianError, certify_nullity, jacobian_error_estimate
-from .counts import Count, count
+from .counts import Count, count, sink_corner_trade
 from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
 from .layer import forward, init_params
 from .rank import RankDecision, counts_as_zero
@@ -417,7 +417,8 @@ def orbit_generator_count(spec: AttentionSpec) -> tuple[int, int]:
     d_k - r key-bias shifts and d_v value-bias trades where plain softmax allows them; without
     b_O at most G d_v value-bias directions in all. With a QK-norm, instead of the commutant and
     the key-bias shifts: m + 1 projection scales and r/2 + d_k - r norm-weight trades per group
-    (an upper bound for every variant). Arithmetic only: nothing is allocated.
+    (an upper bound for every variant); one sink-corner trade per head where counted.
+    Arithmetic only: nothing is allocated.
     """
     dk, dv, r = spec.head_dim, spec.v_head_dim, spec.rope_dims
     commutant = 0 if spec.has_qk_norm else r + (dk - r) ** 2
@@ -431,7 +432,7 @@ def orbit_generator_count(spec: AttentionSpec) -> tuple[int, int]:
     generators = spec.kv_heads * per_group
     if spec.shift_invariant and spec.has_bias("v") and not spec.has_bias("o"):
         generators += spec.kv_heads * dv
-    return generators, commutant
+    return generators + sink_corner_trade(spec), commutant
 
 
 def _gesdd_floats(rows: int, cols: int, *, vectors: bool) -> int:
