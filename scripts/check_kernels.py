@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compile the Triton kernels for a Hopper GPU (sm_90) without one, and check they fit its shared memory.
 
-For each kernel (forward, forward with tangent, the two backward kernels), head width and
+For each kernel (forward, forward with tangent, the two backward kernels, and those two with the
+tangent of the backward pass: second order), head width and
 dtype, this compiles the kernel with the tile configuration `attnid.kernels.flash.tiles`
 picks, through Triton's own compiler and the ptxas it ships, and reads the shared memory the
 compiled kernel needs. An H100 or H200 block may use at most 227 KiB. A kernel over that
@@ -20,14 +21,14 @@ import sys
 import time
 
 HOPPER_SHARED_BYTES = 227 * 1024
-POINTER_FP32 = ("Lse", "Delta", "Cos", "Sin", "Sink")
+POINTER_FP32 = ("Lse", "Delta", "Cos", "Sin", "Sink", "TLse", "TDelta")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp32"])
-    parser.add_argument("--kinds", nargs="+", default=["forward", "tangent", "dkdv", "dq"])
+    parser.add_argument("--kinds", nargs="+", default=["forward", "tangent", "dkdv", "dq", "dkdv_tangent", "dq_tangent"])
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled, not interpreted", file=sys.stderr)
@@ -40,10 +41,12 @@ def main(argv: list[str] | None = None) -> int:
 
     kernels = {"forward": (flash._forward_kernel, {"HAS_SINK": True, "TANGENT": False}),
                "tangent": (flash._forward_kernel, {"HAS_SINK": True, "TANGENT": True}),
-               "dkdv": (flash._backward_dkdv_kernel, {}), "dq": (flash._backward_dq_kernel, {})}
+               "dkdv": (flash._backward_dkdv_kernel, {"TANGENT": False}), "dq": (flash._backward_dq_kernel, {"TANGENT": False}),
+               "dkdv_tangent": (flash._backward_dkdv_kernel, {"TANGENT": True}),
+               "dq_tangent": (flash._backward_dq_kernel, {"TANGENT": True})}
     target = GPUTarget("cuda", 90, 32)
     failures = 0
-    print(f"{'kernel':8} {'dtype':5} {'width':>5} {'tiles':>9} {'warps':>5} {'stages':>6} {'shared':>9}  verdict")
+    print(f"{'kernel':12} {'dtype':5} {'width':>5} {'tiles':>9} {'warps':>5} {'stages':>6} {'shared':>9}  verdict")
     for kind in args.kinds:
         kernel, flags = kernels[kind]
         for dtype in args.dtypes:
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as err:  # noqa: BLE001 - report any compiler failure and go on
                     shared, verdict = -1, f"FAILED: {str(err).splitlines()[0][:100]}"
                 failures += verdict != "fits"
-                print(f"{kind:8} {dtype:5} {width:5} {block_m:>4}x{block_n:<4} {warps:5} {stages:6} {shared:9}  {verdict}"
+                print(f"{kind:12} {dtype:5} {width:5} {block_m:>4}x{block_n:<4} {warps:5} {stages:6} {shared:9}  {verdict}"
                       f" ({time.perf_counter() - start:.0f} s)", flush=True)
     print(f"{failures} kernel configuration(s) do not compile or do not fit {HOPPER_SHARED_BYTES} bytes")
     return 1 if failures else 0

@@ -10,7 +10,8 @@
    settings, with causal, the GQA ratio and the length rotated among them so that each dtype
    and width meets both causal settings, all three ratios and all four lengths, and each
    ratio x causal pair occurs with every RoPE setting somewhere. Per case, for the forward output, the
-   gradients of q, k, v (and the sink) and the forward-mode tangent, the kernel's largest
+   gradients of q, k, v (and the sink), the forward-mode tangent and the Hessian-vector products of
+   <out, cotangent> along the tangent (hvp_q, ...: the fused second-order kernels), the kernel's largest
    absolute error against a float64 reference must satisfy
 
        err(attnid) <= 2 * max(err(PyTorch, same dtype), floor),
@@ -37,7 +38,8 @@
    repeated and the sink as one more key of zero value whose score is the sink logit. For the
    tangent SDPA has no rule of its own (its flash and memory-efficient backends have no
    forward-mode derivative), so the baseline is `torch.func.jvp` through the same pipeline on
-   SDPA's math backend, in the same dtype.
+   SDPA's math backend, in the same dtype; likewise for the Hessian-vector products
+   (`torch.func.jvp` of `torch.func.grad`).
 2. Benchmark: scripts/bench_attention.py (the one benchmark) on a reduced sweep, N in
    {1k, 4k, 16k}, D in {64, 128}, G in {32, 8} (H = 32, B = 4), causal off and on, bf16:
    forward, backward and JVP against every SDPA backend, RoPE-then-SDPA and torch.func.jvp
@@ -215,7 +217,7 @@ def run_cases(cases: list[Case], workers: int, smoke: bool) -> list[list]:
 
 
 def check_case(case: Case, smoke: bool) -> list[list]:
-    """One row per compared quantity: output, dq, dk, dv, (dsink), tangent."""
+    """One row per compared quantity: output, dq, dk, dv, (dsink), tangent, and the Hessian-vector products."""
     import torch
 
     from attnid.kernels import attention
@@ -260,9 +262,9 @@ def check_case(case: Case, smoke: bool) -> list[list]:
         with sdpa_kernel([SDPBackend.MATH]):
             return pytorch(*xs)
 
-    results = {"attnid": evaluate(ours, low, low_t, cotangent.to(dtype)),
-               "pytorch": evaluate(pytorch, low, low_t, cotangent.to(dtype), tangent_fn=pytorch_math),
-               "reference": evaluate(reference, exact, tangent, cotangent.to(dtype).double())}
+    results = {"attnid": evaluate(ours, low, low_t, cotangent.to(dtype), second_order=True),
+               "pytorch": evaluate(pytorch, low, low_t, cotangent.to(dtype), tangent_fn=pytorch_math, second_order=True),
+               "reference": evaluate(reference, exact, tangent, cotangent.to(dtype).double(), second_order=True)}
     return [compare(case, quantity, *(results[m][quantity] for m in ("attnid", "pytorch", "reference")))
             for quantity in results["reference"]]
 

@@ -106,7 +106,8 @@ def test_smoke_run_checks_every_quantity_and_benchmarks_outside_data() -> None:
         record = json.loads(path.with_name(path.name + ".provenance.json").read_text())
         assert "attnid/kernels/flash.py" in record["depends_on"] and "triton" in record["versions"]
     rows = list(csv.DictReader(correctness.open()))
-    assert {r["quantity"] for r in rows} == {"out", "dq", "dk", "dv", "dsink", "tangent"}
+    assert {r["quantity"] for r in rows} == {"out", "dq", "dk", "dv", "dsink", "tangent",
+                                              "hvp_q", "hvp_k", "hvp_v", "hvp_sink"}
     assert all(r["ok"] == "True" and float(r["err_attnid"]) <= float(r["bound"]) for r in rows)
     assert {r["causal"] for r in rows} == {"True", "False"} and {r["sink"] for r in rows} == {"True", "False"}
     assert {r["rope_fraction"] for r in rows} == {"0.0", "0.5", "1.0"} and "1" in {r["tokens"] for r in rows}

@@ -259,8 +259,11 @@ def test_training_through_the_kernels_follows_the_reference(monkeypatch: pytest.
     assert max(abs(a - b) for a, b in zip(losses["kernels"], losses["reference"], strict=True)) < 1e-5
 
 
-@pytest.mark.parametrize(("dtype", "width"), [("bf16", "128"), ("fp32", "256")])
-def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width: str) -> None:
+@pytest.mark.parametrize(("dtype", "width", "kinds"), [
+    ("bf16", "128", ["forward", "tangent", "dkdv", "dq", "dkdv_tangent", "dq_tangent"]),
+    ("fp32", "256", ["forward", "tangent", "dkdv", "dq"]),  # the second-order fp32 kernels: `make check-kernels`
+])
+def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width: str, kinds: list[str]) -> None:
     """Triton compiles every kernel for sm_90 here, without a GPU; each must fit 227 KiB of shared memory.
 
     The full matrix (widths 64, 128, 256; bf16, fp16, fp32) is `make check-kernels`.
@@ -271,10 +274,10 @@ def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width:
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[1] / "scripts" / "check_kernels.py"
-    run = subprocess.run([sys.executable, str(script), "--widths", width, "--dtypes", dtype],
+    run = subprocess.run([sys.executable, str(script), "--widths", width, "--dtypes", dtype, "--kinds", *kinds],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("fits") == 4, run.stdout
+    assert run.stdout.count("fits") == len(kinds), run.stdout
 
 
 @pytest.mark.parametrize("layout", ["column", "expanded"])
@@ -356,3 +359,78 @@ def test_hessian_of_the_kernels_matches_float64(gen: torch.Generator) -> None:
     fn = lambda backend, k, v: (lambda q: _loss(backend, kw)(q, k, v, None))
     expected = torch.func.hessian(fn("reference", x["k"].double(), x["v"].double()))(x["q"].double())
     assert_close(torch.func.hessian(fn("triton", x["k"], x["v"]))(x["q"]), expected, "hessian d2 loss / dq2")
+
+
+SECOND_ORDER_CASES = TRANSFORM_CASES + [C(9, 4, 2, True, 0.25, True, 32, 16), C(6, 3, 1, False, 1.0, True, 16, 16),
+                                        C(11, 2, 1, True, 0.0, False, 24, 32)]
+
+
+def _primals(case: Case, x: dict) -> tuple[tuple[str, ...], tuple[torch.Tensor, ...]]:
+    names = ("q", "k", "v", "sink") if case.sink else ("q", "k", "v")
+    return names, tuple(x[n] for n in names)
+
+
+@pytest.mark.parametrize("case", SECOND_ORDER_CASES[2:], ids=case_id)
+def test_second_order_with_gqa_rope_and_sink_matches_float64(case: Case, gen: torch.Generator) -> None:
+    x, kw = draw(case, gen, batch=2)
+    names, primals = _primals(case, x)
+    directions = tuple(torch.randn(p.shape, generator=gen).to(DEVICE) for p in primals)
+    full = lambda backend: (lambda *a: _loss(backend, kw)(*a, *(() if case.sink else (None,))))
+    argnums = tuple(range(len(names)))
+    hvp = lambda backend, ps, ts: torch.func.jvp(torch.func.grad(full(backend), argnums=argnums), ps, ts)[1]
+    expected = hvp("reference", tuple(p.double() for p in primals), tuple(t.double() for t in directions))
+    for name, a, b in zip(names, hvp("triton", primals, directions), expected, strict=True):
+        assert_close(a, b, f"jvp(grad) along d{name}")
+
+
+def test_second_order_never_runs_the_quadratic_reference(gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fused kernels only: the reference (O(B H N^2) memory) must not be called on the way
+    case = SECOND_ORDER_CASES[2]
+    x, kw = draw(case, gen, batch=1)
+    _, primals = _primals(case, x)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the second-order path called the reference")
+
+    monkeypatch.setattr("attnid.kernels.api.reference_attention", refuse)
+    directions = tuple(torch.randn_like(p) for p in primals)
+    torch.func.jvp(torch.func.grad(lambda *a: _loss("triton", kw)(*a), argnums=(0, 1, 2, 3)), primals, directions)
+    leaves = [p.clone().requires_grad_() for p in primals]
+    grads = torch.autograd.grad(_loss("triton", kw)(*leaves), leaves, create_graph=True)
+    torch.autograd.grad(sum((g * t).sum() for g, t in zip(grads, directions)), leaves)
+
+
+def test_dual_tensors_and_a_backward_inside_dual_mode_match_float64(gen: torch.Generator) -> None:
+    # the peer's kinds of tests: torch.autograd.forward_ad dual tensors, and loss.backward() while they are live
+    import torch.autograd.forward_ad as fwAD
+
+    case = SECOND_ORDER_CASES[2]
+    x, kw = draw(case, gen, batch=1)
+    _, primals = _primals(case, x)
+    directions = tuple(torch.randn_like(p) for p in primals)
+    with fwAD.dual_level():
+        leaves = [p.clone().requires_grad_() for p in primals]
+        duals = [fwAD.make_dual(leaf, t) for leaf, t in zip(leaves, directions)]
+        out = attention(*duals[:3], sink=duals[3], backend="triton", **kw)
+        tangent = fwAD.unpack_dual(out).tangent
+        (out ** 2).sum().backward()
+        grads = [leaf.grad for leaf in leaves]
+    want_out, want_tangent = torch.func.jvp(lambda *a: attention(*a[:3], sink=a[3], backend="reference", **kw),
+                                            tuple(p.double() for p in primals), tuple(t.double() for t in directions))
+    assert_close(tangent, want_tangent, "dual tangent")
+    want_grads = torch.func.grad(lambda *a: (attention(*a[:3], sink=a[3], backend="reference", **kw) ** 2).sum(),
+                                 argnums=(0, 1, 2, 3))(*(p.double() for p in primals))
+    for i, (a, b) in enumerate(zip(grads, want_grads, strict=True)):
+        assert a is not None, f"argument {i}: no gradient inside dual mode"
+        assert_close(a, b, f"backward inside dual mode, argument {i}")
+
+
+def test_third_derivatives_are_refused_not_zero(gen: torch.Generator) -> None:
+    x, kw = draw(C(3, 1, 1, True, 0.0, False, 16, 16), gen, batch=1)
+    t = torch.randn_like(x["q"])
+    f = lambda q: _loss("triton", kw)(q, x["k"], x["v"], None)
+    hv = lambda q: torch.func.jvp(torch.func.grad(f), (q,), (t,))[1]
+    with pytest.raises(NotImplementedError, match="backend='reference'"):
+        torch.func.jvp(hv, (x["q"],), (t,))
+    with pytest.raises(NotImplementedError, match="forward-mode tangent"):
+        torch.func.jvp(lambda q: torch.func.jvp(f, (q,), (t,))[1], (x["q"],), (t,))

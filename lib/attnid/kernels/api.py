@@ -1,12 +1,17 @@
 """`attention`: checks its inputs, picks a backend, and wires the Triton kernels into autograd.
 
-Three custom operators wrap the kernel launches (forward, forward-mode tangent, backward). Each has
-a vmap rule that folds the vmapped dimension into the batch dimension, so `torch.func.vmap`,
-`jacfwd` and `jacrev` reach the kernels as one launch. `_FlashAttention` (an autograd.Function)
-supplies the derivatives: `backward` for reverse mode, `jvp` for forward mode (the fused tangent
-kernel), and lets torch generate its vmap rule from those operators. Its backward is a function of its
-own, `_FlashBackward`, so that `torch.func.grad` composes; the derivatives of that backward (second
-order) go through the PyTorch reference, at the reference's O(B H N^2) memory.
+Four custom operators wrap the kernel launches (forward, forward-mode tangent, backward, and the
+backward's own tangent). Each has a vmap rule that folds the vmapped dimension into the batch
+dimension, so `torch.func.vmap`, `jacfwd` and `jacrev` reach the kernels as one launch.
+`_FlashAttention` (an autograd.Function) supplies the derivatives: `backward` for reverse mode,
+`jvp` for forward mode (the fused tangent kernel), and lets torch generate its vmap rule from those
+operators. Its backward is a function of its own, `_FlashBackward`, so that `torch.func.grad`
+composes, and `_FlashBackward` has derivatives of its own from the fused kernels, in O(B H N)
+memory like the first order: its forward-mode tangent (`jvp(grad(f))`, `hessian`) is the backward
+kernels run with TANGENT, and its reverse mode (double backward) is the same launch along the
+cotangent plus one tangent pass, by the symmetry of the Hessian. Third derivatives are not
+provided: the launches that only second order uses run inside `_Terminal`, whose own derivatives
+raise NotImplementedError (a custom operator alone would pass for a constant under forward mode).
 """
 
 from __future__ import annotations
@@ -128,8 +133,8 @@ def flash_forward(
     causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) from the Triton forward kernel."""
-    out, lse, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
-                                   _settings(causal, rope_dims, rope_base, scale))
+    out, lse, _, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
+                                      _settings(causal, rope_dims, rope_base, scale))
     return out, lse
 
 
@@ -138,12 +143,12 @@ def flash_tangent(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
     tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor,
     causal: bool, rope_dims: int, rope_base: float, scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, tangent of out, lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, tangent of out, lse, tangent of lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
     tangents = (tq.contiguous(), tk.contiguous(), tv.contiguous())
-    out, lse, t_out = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
-                                       _settings(causal, rope_dims, rope_base, scale), tangents)
-    return out, t_out, lse
+    out, lse, t_out, t_lse = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
+                                              _settings(causal, rope_dims, rope_base, scale), tangents)
+    return out, t_out, lse, t_lse
 
 
 @torch.library.custom_op("attnid::flash_backward", mutates_args=())
@@ -156,6 +161,21 @@ def flash_backward(
                              d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale))
 
 
+@torch.library.custom_op("attnid::flash_backward_tangent", mutates_args=())
+def flash_backward_tangent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor,
+    tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor, t_dout: torch.Tensor, t_lse: torch.Tensor,
+    t_out: torch.Tensor, causal: bool, rope_dims: int, rope_base: float, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, delta) and their tangents along (tq, tk, tv, t_dout), from one fused pass of the backward kernels.
+
+    t_lse and t_out are the forward pass's tangents along (tq, tk, tv) (and the sink's, ``_forward_tangent``).
+    """
+    tangents = tuple(t.contiguous() for t in (tq, tk, tv, t_dout, t_lse, t_out))
+    return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
+                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale), tangents)
+
+
 @flash_forward.register_fake
 def _(q, k, v, sink, causal, rope_dims, rope_base, scale):
     return q.new_empty((*q.shape[:3], v.shape[-1])), q.new_empty(q.shape[:3], dtype=torch.float32)
@@ -164,12 +184,19 @@ def _(q, k, v, sink, causal, rope_dims, rope_base, scale):
 @flash_tangent.register_fake
 def _(q, k, v, sink, tq, tk, tv, causal, rope_dims, rope_base, scale):
     out = q.new_empty((*q.shape[:3], v.shape[-1]))
-    return out, torch.empty_like(out), q.new_empty(q.shape[:3], dtype=torch.float32)
+    lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+    return out, torch.empty_like(out), lse, torch.empty_like(lse)
 
 
 @flash_backward.register_fake
 def _(q, k, v, out, lse, d_out, causal, rope_dims, rope_base, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse)
+
+
+@flash_backward_tangent.register_fake
+def _(q, k, v, out, lse, d_out, tq, tk, tv, t_dout, t_lse, t_out, causal, rope_dims, rope_base, scale):
+    first = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse))
+    return first + tuple(torch.empty_like(x) for x in first)
 
 
 def _fold_vmap(op: Callable) -> Callable:
@@ -200,8 +227,40 @@ def _fold_vmap(op: Callable) -> Callable:
     return rule
 
 
-for _op in (flash_forward, flash_tangent, flash_backward):
+for _op in (flash_forward, flash_tangent, flash_backward, flash_backward_tangent):
     torch.library.register_vmap(_op, _fold_vmap(_op))
+
+
+class _Terminal(torch.autograd.Function):
+    """One launch whose own derivatives the kernels do not provide: it runs, and differentiating it raises.
+
+    Without this wrapper a custom operator with no autograd formula is treated as a constant by forward-mode
+    AD, so a third derivative (or a tangent of the tangent pass) would silently come out as zero.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(what: str, op: Callable, *args: Any) -> Any:  # type: ignore[override]
+        return op(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[override]
+        ctx.what = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise NotImplementedError(_not_provided(ctx.what))
+
+    @staticmethod
+    def jvp(ctx, *tangents):  # type: ignore[override]
+        raise NotImplementedError(_not_provided(ctx.what))
+
+
+def _not_provided(what: str) -> str:
+    return (f"attnid.kernels: the {what} has no derivative of its own in the Triton kernels (they provide first "
+            "and second order: grad, jvp, hessian, jvp(grad), double backward). For third derivatives, or a "
+            "derivative of a forward-mode tangent, use backend='reference'.")
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -230,12 +289,8 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, tq, tk, tv, t_sink, _settings):  # type: ignore[override]
-        q, k, v, sink, out, lse = ctx.saved_tensors
-        p = ctx.settings
-        tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
-        _, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, p.causal, p.rope_dims, p.rope_base, p.scale)
-        if sink is not None and t_sink is not None:
-            t_out = t_out - (_sink_weight(sink, lse)[..., None] * out * t_sink[:, None, None]).to(t_out.dtype)
+        q, k, v, sink, _out, _lse = ctx.saved_tensors
+        _, t_out, _, _ = _forward_tangent(q, k, v, sink, (tq, tk, tv, t_sink), ctx.settings)
         return t_out, None
 
 
@@ -244,10 +299,10 @@ class _FlashBackward(torch.autograd.Function):
 
     It is a function of (q, k, v, sink, d_out) of its own, so that every torch.func transform composes with
     ``_FlashAttention`` (``grad``, ``vmap(grad)``, ``jacrev``). Its own derivatives, which second-order use needs
-    (``hessian``, ``jvp(grad(f))``, double backward), are taken through the PyTorch reference: the backward pass
-    is recomputed there and differentiated, in the reference's memory, O(B H N^2) per call (the score matrix),
-    not the kernels' O(B H N). ``out`` and ``lse`` are the forward pass's results, passed detached: the
-    reference recomputes their dependence on the inputs.
+    (``hessian``, ``jvp(grad(f))``, double backward), come from the fused kernels too (``_backward_tangent``):
+    the forward-mode tangent of this map is the backward kernels run with TANGENT after one tangent pass of the
+    forward kernel, in the same O(B H N) memory as the first order. ``out`` and ``lse`` are the forward pass's
+    results, passed detached; the tangent pass recomputes them with their tangents.
     """
 
     generate_vmap_rule = True
@@ -269,39 +324,57 @@ class _FlashBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_dq, g_dk, g_dv, g_sink):  # type: ignore[override]
+        # The Hessian of <d_out, attention> is symmetric, so the cotangent's pull-back onto (q, k, v, sink) is the
+        # tangent of this map along the cotangent itself with d_out held fixed; onto d_out it is the forward
+        # pass's tangent along the cotangent.
         q, k, v, sink, d_out = ctx.saved_tensors
-        primals, first = _reference_backward(q, k, v, sink, d_out, ctx.settings)
-        cotangents = tuple(torch.zeros_like(x) if g is None else g for x, g in
-                           zip(first(*primals), (g_dq, g_dk, g_dv, g_sink)))
-        grads = torch.func.vjp(first, *primals)[1](cotangents)
-        sink_grad = grads[3] if sink is not None else None
-        return grads[0], grads[1], grads[2], sink_grad, grads[-1], None, None, None
+        along = (g_dq, g_dk, g_dv, g_sink if sink is not None else None)
+        grads, t_out = _backward_tangent(q, k, v, sink, d_out, along, None, ctx.settings)
+        return grads[0], grads[1], grads[2], grads[3], t_out, None, None, None
 
     @staticmethod
     def jvp(ctx, tq, tk, tv, t_sink, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
         q, k, v, sink, d_out = ctx.saved_tensors
-        primals, first = _reference_backward(q, k, v, sink, d_out, ctx.settings)
-        given = (tq, tk, tv) + ((t_sink,) if sink is not None else ()) + (t_dout,)
-        tangents = tuple(torch.zeros_like(x) if t is None else t for x, t in zip(primals, given))
-        t_first = torch.func.jvp(first, primals, tangents)[1]
-        return (*t_first[:3], t_first[3] if sink is not None else None)
+        grads, _ = _backward_tangent(q, k, v, sink, d_out, (tq, tk, tv, t_sink), t_dout, ctx.settings)
+        return grads
 
 
-def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
-                        d_out: torch.Tensor, p: CallSettings) -> tuple[tuple[torch.Tensor, ...], Callable]:
-    """The backward map (q, k, v[, sink], d_out) -> (dq, dk, dv, d_sink or None) through the PyTorch reference,
-    as a differentiable function of its primals, with those primals."""
+def _forward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+                     along: tuple[torch.Tensor | None, ...], p: CallSettings
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, t_out, lse, t_lse) along (tq, tk, tv, t_sink) (None: zero): the tangent kernel, plus the sink's part.
 
-    def first(*args: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        *inputs, cotangent = args
-        def forward(*x: torch.Tensor) -> torch.Tensor:
-            return reference_attention(x[0], x[1], x[2], causal=p.causal, rope_dims=p.rope_dims, rope_base=p.rope_base,
-                                       sink=x[3] if len(x) == 4 else None, scale=p.scale)
-        grads = torch.func.vjp(forward, *inputs)[1](cotangent)
-        return (*grads[:3], grads[3] if len(grads) == 4 else torch.zeros(()))
+    A sink logit enters only the denominator: d lse / d sink = p_sink and d out / d sink = -p_sink out.
+    """
+    tq, tk, tv, t_sink = along
+    tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
+    out, t_out, lse, t_lse = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, tq, tk, tv,
+                                             p.causal, p.rope_dims, p.rope_base, p.scale)
+    if sink is not None and t_sink is not None:
+        weight = _sink_weight(sink, lse)
+        t_lse = t_lse + weight * t_sink.float()[:, None]
+        t_out = t_out - (weight[..., None] * out * t_sink[:, None, None]).to(t_out.dtype)
+    return out, t_out, lse, t_lse
 
-    primals = (q, k, v) + ((sink,) if sink is not None else ()) + (d_out,)
-    return primals, first
+
+def _backward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+                      d_out: torch.Tensor, along: tuple[torch.Tensor | None, ...], t_dout: torch.Tensor | None,
+                      p: CallSettings) -> tuple[tuple[torch.Tensor | None, ...], torch.Tensor]:
+    """((t_dq, t_dk, t_dv, t_dsink), t_out): the tangent of (dq, dk, dv, d_sink) along (tq, tk, tv, t_sink) and
+    t_dout (None: zero), and the forward pass's output tangent along (tq, tk, tv, t_sink), by the fused kernels."""
+    tq, tk, tv, t_sink = along
+    out, t_out, lse, t_lse = _forward_tangent(q, k, v, sink, along, p)
+    tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
+    t_dout = torch.zeros_like(d_out) if t_dout is None else t_dout
+    *_, delta, t_dq, t_dk, t_dv, t_delta = _Terminal.apply(
+        "second-order pass", flash_backward_tangent, q, k, v, out, lse, d_out, tq, tk, tv, t_dout, t_lse, t_out,
+        p.causal, p.rope_dims, p.rope_base, p.scale)
+    t_dsink = None
+    if sink is not None:
+        weight = _sink_weight(sink, lse)  # d_sink = -sum p_sink delta; p_sink moves by p_sink (t_sink - t_lse)
+        t_weight = weight * ((0.0 if t_sink is None else t_sink.float()[:, None]) - t_lse)
+        t_dsink = -(t_weight * delta + weight * t_delta).sum(dim=(0, 2)).to(sink.dtype)
+    return (t_dq, t_dk, t_dv, t_dsink), t_out
 
 
 def _sink_weight(sink: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -326,8 +399,8 @@ def attention(
     softmax denominator. `scale` defaults to 1/sqrt(D). backend: 'triton' (CUDA, or the CPU
     interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
     Differentiable in reverse mode (`backward`, `torch.func.grad`), forward mode (`torch.func.jvp`, `jacfwd`) and to
-    second order (`hessian`, `jvp(grad(f))`, double backward; the second derivative through the reference, in its
-    O(B H N^2) memory).
+    second order (`hessian`, `jvp(grad(f))`, double backward), every order by the fused kernels in O(B H N) memory;
+    not to third order.
     """
     settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
     if choose_backend(backend, q, v) == "reference":
@@ -353,6 +426,6 @@ def attention_jvp(
                                                 rope_base=settings.rope_base, sink=sink, scale=settings.scale),
             tuple(x.contiguous() for x in (q, k, v)), tuple(t.contiguous() for t in (tq, tk, tv)),
         )
-    out, t_out, _ = flash_tangent(q, k, v, sink, tq, tk, tv, settings.causal, settings.rope_dims, settings.rope_base,
-                                  settings.scale)
+    out, t_out, _, _ = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, tq, tk, tv,
+                                       settings.causal, settings.rope_dims, settings.rope_base, settings.scale)
     return out, t_out

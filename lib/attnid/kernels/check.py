@@ -82,18 +82,28 @@ def call(backend: str, case: Case, names: list[str]) -> Callable[..., torch.Tens
 
 
 def evaluate(fn: Callable[..., torch.Tensor], inputs: dict[str, torch.Tensor], tangents: dict[str, torch.Tensor],
-             cotangent: torch.Tensor, tangent_fn: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+             cotangent: torch.Tensor, tangent_fn: Callable[..., torch.Tensor] | None = None,
+             second_order: bool = False) -> dict[str, torch.Tensor]:
     """fn's output, the gradient of <fn, cotangent> for each input ('d' + name) and the tangent along ``tangents``.
 
     ``tangent_fn`` (default ``fn``) is the same function through another path, for an implementation
-    whose fastest path has no forward mode (PyTorch's flash SDPA: its math backend then).
+    whose fastest path has no forward mode (PyTorch's flash SDPA: its math backend then). With
+    ``second_order`` also the Hessian-vector products of <fn, cotangent> along ``tangents``
+    ('hvp_' + name: forward over reverse, ``jvp(grad)``), through ``tangent_fn`` as well.
     """
     names = list(inputs)
     leaves = [inputs[k].detach().clone().requires_grad_() for k in names]
     out = fn(*leaves)
     grads = torch.autograd.grad(out, leaves, cotangent)
-    _, tangent = torch.func.jvp(tangent_fn or fn, tuple(inputs[k] for k in names), tuple(tangents[k] for k in names))
-    return {"out": out.detach(), **{f"d{k}": gr for k, gr in zip(names, grads)}, "tangent": tangent}
+    primals, directions = tuple(inputs[k] for k in names), tuple(tangents[k] for k in names)
+    _, tangent = torch.func.jvp(tangent_fn or fn, primals, directions)
+    result = {"out": out.detach(), **{f"d{k}": gr for k, gr in zip(names, grads)}, "tangent": tangent}
+    if second_order:
+        pairing = lambda *xs: ((tangent_fn or fn)(*xs) * cotangent).sum()
+        gradient = torch.func.grad(pairing, argnums=tuple(range(len(names))))
+        _, hvps = torch.func.jvp(gradient, primals, directions)
+        result |= {f"hvp_{k}": t for k, t in zip(names, hvps)}
+    return result
 
 
 def scaled_error(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -106,11 +116,12 @@ def scaled_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def case_errors(case: Case, gen: torch.Generator, *, batch: int = 2, device: torch.device | str = "cpu",
-                poison: bool = True, tile: int | None = CHECK_TILE) -> dict[str, float]:
+                poison: bool = True, tile: int | None = CHECK_TILE, second_order: bool = False) -> dict[str, float]:
     """Scaled errors of the float32 kernels against float64: out, every gradient, the tangent, attention_jvp.
 
     ``poison`` fills every kernel output with NaN first; ``tile`` forces square tiles of that size
-    (None: the kernels' own tile table, as on a GPU).
+    (None: the kernels' own tile table, as on a GPU); ``second_order`` adds the Hessian-vector products
+    ('hvp_q', ...: the fused tangent of the backward pass).
     """
     x, t = draw(case, gen, batch), draw(case, gen, batch)
     cotangent = torch.randn(batch, case.heads, case.tokens, case.value_dim, generator=gen)
@@ -120,10 +131,10 @@ def case_errors(case: Case, gen: torch.Generator, *, batch: int = 2, device: tor
     f64 = {k: v.double() for k, v in x.items()}
     t64 = {k: v.double() for k, v in t.items()}
     with flash.check_hooks(poison=poison, block=(tile, tile) if tile else None):
-        kernel = evaluate(call("triton", case, names), x, t, cotangent)
+        kernel = evaluate(call("triton", case, names), x, t, cotangent, second_order=second_order)
         _, one_pass = attention_jvp(x["q"], x["k"], x["v"], t["q"], t["k"], t["v"], sink=x.get("sink"),
                                     backend="triton", **case.options)
-    reference = evaluate(call("reference", case, names), f64, t64, cotangent.double())
+    reference = evaluate(call("reference", case, names), f64, t64, cotangent.double(), second_order=second_order)
     errors = {key: scaled_error(kernel[key], ref) for key, ref in reference.items()}
     # the public one-pass entry point: tangents of q, k and v only, the sink held fixed
     _, ref_pass = torch.func.jvp(

@@ -1,4 +1,4 @@
-"""Triton kernels: FlashAttention-2 forward, backward and forward-mode (JVP), with GQA, RoPE and a sink.
+"""Triton kernels: FlashAttention-2 forward, backward, forward-mode (JVP) and the backward's own tangent, with GQA, RoPE and a sink.
 
 Layout: q (B, H, N, D), k (B, G, N, D), v (B, G, N, DV); query head h reads key/value head
 h // (H / G), by index, so K and V are never repeated in memory. RoPE (rotate-half, on the first
@@ -115,7 +115,7 @@ def _visible(offs_m, offs_n, n_ctx, CAUSAL: tl.constexpr):
 
 @triton.jit
 def _forward_kernel(
-    Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse,
+    Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse, TLse,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
     n_ctx, n_heads, group_size, scale,
@@ -127,7 +127,8 @@ def _forward_kernel(
 
     With TANGENT it also carries, for tangents (tq, tk, tv), the score tangent
     ds = (tq k^T + q tk^T) scale and three more accumulators rescaled like the others:
-    g = sum p ds, acc_t = sum (p ds) v + p tv. Then tangent_out = acc_t / l - (g / l) out.
+    g = sum p ds, acc_t = sum (p ds) v + p tv. Then tangent_out = acc_t / l - (g / l) out, and
+    g / l is the tangent of the log-sum-exp (stored in TLse; the backward's tangent needs it).
     """
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -200,6 +201,7 @@ def _forward_kernel(
     if TANGENT:
         t_out = acc_t / l_i[:, None] - (g_i / l_i)[:, None] * out
         tl.store(TOut + o_ptrs, t_out.to(TOut.dtype.element_ty), mask=o_mask)
+        tl.store(TLse + bh * n_ctx + offs_m, g_i / l_i, mask=rows_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,17 +211,23 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_dkdv_kernel(
-    Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out,
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out, TQ, TK, TV, TDO, TLse, TDelta, TDK, TDV_out,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
     n_ctx, n_heads, n_kv_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
-    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """One program: BLOCK_N keys of one (batch, key/value head); loops over every query of the group.
 
     Works with transposed scores sT (keys x queries): pT = exp(sT - lse), dV += pT dO,
     dsT = pT (V dO^T - delta), dK_rot += dsT q_rot scale, then dK = RoPE^T dK_rot.
+
+    With TANGENT it also carries the forward-mode derivative of all of this along tangents
+    (tq, tk, tv, tdO), with the rows' tangents t_lse and t_delta given: t_sT = (tk q^T + k tq^T) scale,
+    t_pT = pT (t_sT - t_lse), t_dV += t_pT dO + pT tdO, t_dsT = t_pT (dpT - delta) + pT (t_dpT - t_delta)
+    with t_dpT = tv dO^T + v tdO^T, and t_dK_rot += t_dsT q_rot + dsT tq_rot (times scale).
     """
     start_n = tl.program_id(0)
     bg = tl.program_id(1)
@@ -238,6 +246,11 @@ def _backward_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
     qk_scale = scale * LOG2E
+    if TANGENT:
+        tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+        tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+        t_dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
+        t_dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
 
     # Causal: query blocks wholly before this key block cannot see it.
     lo = 0
@@ -262,6 +275,21 @@ def _backward_dkdv_kernel(
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(dtype), q, input_precision=PRECISION)
+            if TANGENT:
+                tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+                tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
+                t_lse = tl.load(TLse + row_off + queries, mask=queries < n_ctx, other=0.0)
+                t_delta = tl.load(TDelta + row_off + queries, mask=queries < n_ctx, other=0.0)
+                t_s = (tl.dot(tk, tl.trans(q), input_precision=PRECISION)
+                       + tl.dot(k, tl.trans(tq), input_precision=PRECISION)) * scale
+                t_p = p_t * (t_s - t_lse[None, :])  # zero wherever p_t is (masked pairs)
+                t_dv += tl.dot(t_p.to(dtype), do, input_precision=PRECISION)
+                t_dv += tl.dot(p_t.to(dtype), tdo, input_precision=PRECISION)
+                t_dp = (tl.dot(tv, tl.trans(do), input_precision=PRECISION)
+                        + tl.dot(v, tl.trans(tdo), input_precision=PRECISION))
+                t_ds = t_p * (dp_t - delta[None, :]) + p_t * (t_dp - t_delta[None, :])
+                t_dk += tl.dot(t_ds.to(dtype), q, input_precision=PRECISION)
+                t_dk += tl.dot(ds_t.to(dtype), tq, input_precision=PRECISION)
 
     dk = dk * scale
     if R > 0:
@@ -269,18 +297,29 @@ def _backward_dkdv_kernel(
     k_mask = (keys[:, None] < n_ctx) & (cols[None, :] < D)
     tl.store(DK + k_off + keys[:, None] * stride_kn + cols[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
     tl.store(DV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], dv.to(DV_out.dtype.element_ty), mask=v_mask)
+    if TANGENT:
+        t_dk = t_dk * scale
+        if R > 0:
+            t_dk = _unrotate(t_dk, keys, cols, n_ctx, Cos, Sin, R)
+        tl.store(TDK + k_off + keys[:, None] * stride_kn + cols[None, :], t_dk.to(TDK.dtype.element_ty), mask=k_mask)
+        tl.store(TDV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], t_dv.to(TDV_out.dtype.element_ty),
+                 mask=v_mask)
 
 
 @triton.jit
 def _backward_dq_kernel(
-    Q, K, V, DO, Lse, Delta, Cos, Sin, DQ,
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DQ, TQ, TK, TV, TDO, TLse, TDelta, TDQ,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
     n_ctx, n_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
-    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    """One program: BLOCK_M queries of one (batch, head). dQ_rot = sum_keys ds k_rot scale, then RoPE^T."""
+    """One program: BLOCK_M queries of one (batch, head). dQ_rot = sum_keys ds k_rot scale, then RoPE^T.
+
+    With TANGENT, also t_dQ_rot = sum_keys (t_ds k_rot + ds tk_rot) scale, t_ds as in the dK/dV kernel.
+    """
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // n_heads
@@ -302,6 +341,12 @@ def _backward_dq_kernel(
     delta = tl.load(Delta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     qk_scale = scale * LOG2E
+    if TANGENT:
+        tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+        tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
+        t_lse = tl.load(TLse + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+        t_delta = tl.load(TDelta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+        t_dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
 
     hi = n_ctx
     if CAUSAL:
@@ -317,12 +362,28 @@ def _backward_dq_kernel(
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
+        if TANGENT:
+            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+            tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+            t_s = (tl.dot(tq, tl.trans(k), input_precision=PRECISION)
+                   + tl.dot(q, tl.trans(tk), input_precision=PRECISION)) * scale
+            t_p = p * (t_s - t_lse[:, None])
+            t_dp = (tl.dot(tdo, tl.trans(v), input_precision=PRECISION)
+                    + tl.dot(do, tl.trans(tv), input_precision=PRECISION))
+            t_ds = t_p * (dp - delta[:, None]) + p * (t_dp - t_delta[:, None])
+            t_dq += tl.dot(t_ds.to(dtype), k, input_precision=PRECISION)
+            t_dq += tl.dot(ds.to(dtype), tk, input_precision=PRECISION)
 
     dq = dq * scale
     if R > 0:
         dq = _unrotate(dq, queries, cols, n_ctx, Cos, Sin, R)
     q_mask = (queries[:, None] < n_ctx) & (cols[None, :] < D)
     tl.store(DQ + q_off + queries[:, None] * stride_qn + cols[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
+    if TANGENT:
+        t_dq = t_dq * scale
+        if R > 0:
+            t_dq = _unrotate(t_dq, queries, cols, n_ctx, Cos, Sin, R)
+        tl.store(TDQ + q_off + queries[:, None] * stride_qn + cols[None, :], t_dq.to(TDQ.dtype.element_ty), mask=q_mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,6 +414,8 @@ TILES: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "tangent": {64: (128, 64, 8, 3), 128: (128, 32, 8, 2), 256: (64, 32, 4, 2)},
     "dkdv": {64: (32, 128, 8, 3), 128: (32, 128, 8, 3), 256: (32, 128, 8, 2)},
     "dq": {64: (128, 32, 8, 3), 128: (128, 32, 8, 3), 256: (128, 32, 8, 2)},
+    "dkdv_tangent": {64: (32, 64, 8, 2), 128: (32, 64, 8, 2), 256: (16, 64, 8, 1)},
+    "dq_tangent": {64: (64, 32, 8, 2), 128: (64, 32, 8, 2), 256: (32, 32, 8, 1)},
 }
 # float32 tiles take twice the bytes: smaller tiles and fewer stages.
 TILES_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
@@ -360,6 +423,8 @@ TILES_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "tangent": {64: (64, 32, 4, 2), 128: (64, 32, 4, 1), 256: (32, 16, 4, 1)},
     "dkdv": {64: (32, 128, 8, 3), 128: (32, 64, 4, 2), 256: (16, 64, 4, 1)},
     "dq": {64: (128, 32, 8, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
+    "dkdv_tangent": {64: (32, 64, 4, 2), 128: (16, 64, 4, 1), 256: (16, 32, 4, 1)},
+    "dq_tangent": {64: (64, 32, 4, 2), 128: (32, 32, 4, 1), 256: (16, 32, 4, 1)},
 }
 
 
@@ -397,50 +462,71 @@ def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSett
 def forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, settings: CallSettings,
     tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(out, lse, tangent_out): out (B, H, N, DV), lse (B, H, N) float32; tangent_out if tangents given."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(out, lse, tangent_out, tangent_lse): out (B, H, N, DV), lse (B, H, N) float32; the tangents if given.
+
+    tangent_lse is the lse's tangent from the scores alone (a sink's own tangent is the caller's to add).
+    """
     batch, heads, n, _ = q.shape
     kv_heads, dv = k.shape[1], v.shape[-1]
     out = _new((batch, heads, n, dv), q)
     lse = _new((batch, heads, n), q, torch.float32)
     t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
+    t_lse = _new((batch, heads, n), q, torch.float32) if tangents is not None else None
     tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
     cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
     args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings)
     grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _forward_kernel[grid](
         q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
-        t_out if t_out is not None else out, lse,
+        t_out if t_out is not None else out, lse, t_lse if t_lse is not None else lse,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         n, heads, heads // kv_heads, settings.scale,
         HAS_SINK=sink is not None, TANGENT=tangents is not None, **args,
     )
-    return out, lse, t_out
+    return out, lse, t_out, t_lse
+
+
+BackwardTangents = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    d_out: torch.Tensor, settings: CallSettings,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs."""
+    d_out: torch.Tensor, settings: CallSettings, tangents: BackwardTangents | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs.
+
+    With ``tangents`` = (tq, tk, tv, t_dO, t_lse, t_out) (the tangents of the inputs, of the output
+    gradient, and of the forward pass's lse and output along them) the same launches also return the
+    tangents of all four: (dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta), the fused second order.
+    """
     batch, heads, n, _ = q.shape
     kv_heads = k.shape[1]
     d_out = d_out.contiguous()
     delta = (d_out.float() * out.float()).sum(-1).contiguous()
     dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
+    if tangents is not None:
+        tq, tk, tv, t_dout, t_lse, t_out = (t.contiguous() for t in tangents)
+        t_delta = (t_dout.float() * out.float() + d_out.float() * t_out.float()).sum(-1).contiguous()
+        t_dq, t_dk, t_dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
+    else:  # placeholders, unused without TANGENT
+        tq, tk, tv, t_dout, t_lse, t_delta, t_dq, t_dk, t_dv = q, k, v, d_out, lse, delta, dq, dk, dv
     cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
-    # dq, dk, dv are written with the strides of q, k, v: the caller passes contiguous inputs.
+    # dq, dk, dv and their tangents are written with the strides of q, k, v: the caller passes contiguous inputs.
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
-    args = _shared_args("dkdv", q, v, settings)
+    second = tangents is not None
+    args = _shared_args("dkdv_tangent" if second else "dkdv", q, v, settings)
     grid_kv = (triton.cdiv(n, args["BLOCK_N"]), batch * kv_heads)
     _backward_dkdv_kernel[grid_kv](
-        q, k, v, d_out, lse, delta, cos, sin, dk, dv, *strides,
-        n, heads, kv_heads, heads // kv_heads, settings.scale, **args,
+        q, k, v, d_out, lse, delta, cos, sin, dk, dv, tq, tk, tv, t_dout, t_lse, t_delta, t_dk, t_dv, *strides,
+        n, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
     )
-    args = _shared_args("dq", q, v, settings)
+    args = _shared_args("dq_tangent" if second else "dq", q, v, settings)
     grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _backward_dq_kernel[grid_q](
-        q, k, v, d_out, lse, delta, cos, sin, dq, *strides,
-        n, heads, heads // kv_heads, settings.scale, **args,
+        q, k, v, d_out, lse, delta, cos, sin, dq, tq, tk, tv, t_dout, t_lse, t_delta, t_dq, *strides,
+        n, heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
     )
+    if second:
+        return dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta
     return dq, dk, dv, delta
