@@ -44,6 +44,11 @@ CASES = [
     C(33, 4, 2, True, 0.25, True, 32, 32),
     C(9, 2, 1, True, 0.25, True, 256, 256),
     C(9, 2, 2, False, 1.0, False, 128, 64),
+    # fewer queries than keys (decoding against a cache; the causal mask aligned to the end) and more
+    # queries than keys (cross-attention, no mask, no RoPE)
+    Case(5, 4, 2, 16, True, 1.0, True, 16, key_tokens=37),
+    Case(1, 2, 1, 32, True, 0.25, False, 16, key_tokens=20),
+    Case(23, 2, 2, 16, False, 0.0, True, 24, key_tokens=6),
 ]
 
 
@@ -213,6 +218,9 @@ def _qkv(h: int = 4, g: int = 2, d: int = 16, dtype: torch.dtype = torch.float32
         (lambda q, k, v: dict(q=q, k=k, v=v, backend="cuda"), ValueError, "backend must be one of"),
         (lambda q, k, v: dict(q=q.double(), k=k.double(), v=v.double(), backend="triton"), TypeError, "float16, bfloat16 or float32"),
         (lambda q, k, v: dict(q=q[..., :8], k=k[..., :8], v=v, backend="triton"), ValueError, "head widths 16 to 256"),
+        (lambda q, k, v: dict(q=q, k=k[:, :, :3], v=v[:, :, :3], causal=True), ValueError, "needs N_q <= N_k"),
+        (lambda q, k, v: dict(q=q, k=k[:, :, :3], v=v[:, :, :3], rope_fraction=1.0), ValueError, "needs N_q <= N_k"),
+        (lambda q, k, v: dict(q=q, k=k[:, :, :3], v=v), ValueError, "v must have shape"),
     ],
 )
 def test_bad_input_is_named(change, error: type, message: str) -> None:
@@ -434,3 +442,18 @@ def test_third_derivatives_are_refused_not_zero(gen: torch.Generator) -> None:
         torch.func.jvp(hv, (x["q"],), (t,))
     with pytest.raises(NotImplementedError, match="forward-mode tangent"):
         torch.func.jvp(lambda q: torch.func.jvp(f, (q,), (t,))[1], (x["q"],), (t,))
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_fewer_queries_are_the_last_rows_of_the_square_attention(sink: bool, gen: torch.Generator) -> None:
+    # the definition of the end alignment, independent of the code under test: attention of N_q queries against
+    # N_k keys is the last N_q rows of attention whose N_k queries end with them (causal, RoPE, GQA, sink)
+    q_all = torch.randn(2, 4, 13, 16, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 13, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    s = torch.randn(4, generator=gen, dtype=torch.float64) if sink else None
+    kw = dict(causal=True, rope_fraction=0.5, sink=s)
+    square = attention(q_all, k, v, backend="reference", **kw)[:, :, -4:]
+    torch.testing.assert_close(attention(q_all[:, :, -4:], k, v, backend="reference", **kw), square, rtol=0, atol=1e-12)
+    got = attention(q_all[:, :, -4:].float(), k.float(), v.float(), backend="triton", causal=True, rope_fraction=0.5,
+                    sink=None if s is None else s.float())
+    assert_close(got, square, "the kernels against the square attention's last rows")

@@ -45,14 +45,14 @@ def check_inputs(
 ) -> CallSettings:
     """Raise TypeError/ValueError naming the bad argument; return the checked settings."""
     (b, h, n, d), (bk, g, nk, dk), (bv, gv, nv, _) = _shape("q", q), _shape("k", k), _shape("v", v)
-    if (bk, nk, dk) != (b, n, d):
-        raise ValueError(f"k must have shape (B, G, N, D) = ({b}, G, {n}, {d}) to match q {tuple(q.shape)}; got {tuple(k.shape)}")
-    if (bv, gv, nv) != (b, g, n):
-        raise ValueError(f"v must have shape (B, G, N, Dv) = ({b}, {g}, {n}, Dv) to match q and k; got {tuple(v.shape)}")
+    if (bk, dk) != (b, d):
+        raise ValueError(f"k must have shape (B, G, N_k, D) = ({b}, G, N_k, {d}) to match q {tuple(q.shape)}; got {tuple(k.shape)}")
+    if (bv, gv, nv) != (b, g, nk):
+        raise ValueError(f"v must have shape (B, G, N_k, Dv) = ({b}, {g}, {nk}, Dv) to match k; got {tuple(v.shape)}")
     if h < 1 or g < 1 or h % g != 0:
         raise ValueError(f"the key/value heads G={g} must divide the query heads H={h}")
-    if min(b, n, d, v.shape[-1]) < 1:
-        raise ValueError(f"empty input: q {tuple(q.shape)}, v {tuple(v.shape)}")
+    if min(b, n, nk, d, v.shape[-1]) < 1:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {x.dtype}, q has {q.dtype}: q, k and v must share one dtype")
@@ -64,6 +64,9 @@ def check_inputs(
         raise TypeError(f"causal must be a bool, got {causal!r}")
     rope_dims = rope_columns(check("rope_fraction", rope_fraction), d)  # the field schema, as for every layout
     rope_base = check("rope_base", rope_base)
+    if n > nk and (causal or rope_dims):
+        raise ValueError(f"{n} queries against {nk} keys: the queries are aligned to the end of the keys (query i at "
+                         f"position i + N_k - N_q), so a causal mask or RoPE needs N_q <= N_k")
     if sink is not None:
         if not isinstance(sink, torch.Tensor) or tuple(sink.shape) != (h,):
             raise ValueError(f"sink must be a tensor of shape (H,) = ({h},), one logit per query head; got {sink!r}")
@@ -391,11 +394,14 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, rope_fraction: float = 0.0,
     rope_base: float = 10000.0, sink: torch.Tensor | None = None, scale: float | None = None, backend: str = "auto",
 ) -> torch.Tensor:
-    """Multi-head attention with GQA, RoPE and an optional sink; returns (B, H, N, Dv).
+    """Multi-head attention with GQA, RoPE and an optional sink; returns (B, H, N_q, Dv).
 
-    q (B, H, N, D), k (B, G, N, D), v (B, G, N, Dv), G dividing H; query head h uses key/value head
-    h // (H / G). RoPE rotates the first r = rope_fraction * D columns of q and k (rotate-half,
-    positions 0..N-1, frequencies rope_base^(-2i/r)). `sink` (H,) adds exp(sink_h) to each row's
+    q (B, H, N_q, D), k (B, G, N_k, D), v (B, G, N_k, Dv), G dividing H; query head h uses key/value head
+    h // (H / G). N_q may differ from N_k (cross-attention, decoding against a cache): the queries are
+    aligned to the end of the keys, query i at position i + N_k - N_q, so with a causal mask it sees the
+    keys j <= i + N_k - N_q, as FlashAttention does (a causal mask or RoPE then needs N_q <= N_k).
+    RoPE rotates the first r = rope_fraction * D columns of q and k (rotate-half, keys at positions
+    0..N_k-1, frequencies rope_base^(-2i/r)). `sink` (H,) adds exp(sink_h) to each row's
     softmax denominator. `scale` defaults to 1/sqrt(D). backend: 'triton' (CUDA, or the CPU
     interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
     Differentiable in reverse mode (`backward`, `torch.func.grad`), forward mode (`torch.func.jvp`, `jacfwd`) and to

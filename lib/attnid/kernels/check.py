@@ -45,6 +45,11 @@ class Case:
     sink: bool
     v_head_dim: int | None = None  # None: the same as head_dim
     dtype: str = "fp32"
+    key_tokens: int | None = None  # N_k; None: the same as tokens (N_q)
+
+    @property
+    def keys(self) -> int:
+        return self.tokens if self.key_tokens is None else self.key_tokens
 
     @property
     def value_dim(self) -> int:
@@ -53,7 +58,7 @@ class Case:
     @property
     def name(self) -> str:
         """An id for test reports: N17-H4G2-causal-rope0.25-sink-D16Dv16-fp32."""
-        return (f"N{self.tokens}-H{self.heads}G{self.kv_heads}-{'causal' if self.causal else 'full'}"
+        return (f"N{self.tokens}{'' if self.key_tokens is None else f'x{self.key_tokens}'}-H{self.heads}G{self.kv_heads}-{'causal' if self.causal else 'full'}"
                 f"-rope{self.rope_fraction}-{'sink' if self.sink else 'nosink'}-D{self.head_dim}Dv{self.value_dim}"
                 f"-{self.dtype}")
 
@@ -66,8 +71,8 @@ def draw(case: Case, gen: torch.Generator, batch: int, dtype: torch.dtype = torc
     """Random q, k, v (and a sink per head) of the case's shapes, on the CPU in ``dtype``."""
     n, h, g, d = case.tokens, case.heads, case.kv_heads, case.head_dim
     x = {"q": torch.randn(batch, h, n, d, generator=gen, dtype=dtype),
-         "k": torch.randn(batch, g, n, d, generator=gen, dtype=dtype),
-         "v": torch.randn(batch, g, n, case.value_dim, generator=gen, dtype=dtype)}
+         "k": torch.randn(batch, g, case.keys, d, generator=gen, dtype=dtype),
+         "v": torch.randn(batch, g, case.keys, case.value_dim, generator=gen, dtype=dtype)}
     if case.sink:
         x["sink"] = torch.randn(h, generator=gen, dtype=dtype)
     return x

@@ -59,8 +59,8 @@ def check_hooks(*, poison: bool = False, block: tuple[int, int] | None = None) -
 
 
 @triton.jit
-def _load_rotated(ptr, pos, cols, stride_n, n_ctx, cos_ptr, sin_ptr, D: tl.constexpr, R: tl.constexpr):
-    """Rows `pos` of one head's (N, D) matrix as float32, RoPE applied to the first R columns.
+def _load_rotated(ptr, pos, cols, stride_n, n_ctx, cos_ptr, sin_ptr, D: tl.constexpr, R: tl.constexpr, shift=0):
+    """Rows `pos` of one head's (N, D) matrix as float32, RoPE applied to the first R columns at positions pos + shift.
 
     rotate-half: x_rot[c] = x[c] cos + sign(c) x[partner(c)] sin, partner(c) = c +- R/2,
     sign = -1 on the first half of the rotated columns, +1 on the second.
@@ -74,14 +74,14 @@ def _load_rotated(ptr, pos, cols, stride_n, n_ctx, cos_ptr, sin_ptr, D: tl.const
         partner = tl.where(cols < half, cols + half, cols - half)
         sign = tl.where(cols < half, -1.0, 1.0)
         x_partner = tl.load(ptr + pos[:, None] * stride_n + partner[None, :], mask=in_rope, other=0.0)
-        cos = tl.load(cos_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=1.0)
-        sin = tl.load(sin_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=0.0)
+        cos = tl.load(cos_ptr + (pos[:, None] + shift) * R + cols[None, :], mask=in_rope, other=1.0)
+        sin = tl.load(sin_ptr + (pos[:, None] + shift) * R + cols[None, :], mask=in_rope, other=0.0)
         x = x * cos + sign[None, :] * x_partner.to(tl.float32) * sin
     return x
 
 
 @triton.jit
-def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, R: tl.constexpr):
+def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, R: tl.constexpr, shift=0):
     """The transpose of RoPE applied to a float32 tile held in registers: y cos - rotate_half(y) sin.
 
     rotate_half(y)[:, c] = sign(c) y[:, partner(c)], gathered across the tile's columns.
@@ -91,20 +91,22 @@ def _unrotate(y, pos, cols, n_ctx, cos_ptr, sin_ptr, R: tl.constexpr):
     sign = tl.where(cols < half, -1.0, tl.where(cols < R, 1.0, 0.0))
     y_partner = tl.gather(y, tl.broadcast_to(partner[None, :], y.shape), 1)
     in_rope = (pos[:, None] < n_ctx) & (cols[None, :] < R)
-    cos = tl.load(cos_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=1.0)
-    sin = tl.load(sin_ptr + pos[:, None] * R + cols[None, :], mask=in_rope, other=0.0)
+    cos = tl.load(cos_ptr + (pos[:, None] + shift) * R + cols[None, :], mask=in_rope, other=1.0)
+    sin = tl.load(sin_ptr + (pos[:, None] + shift) * R + cols[None, :], mask=in_rope, other=0.0)
     return y * cos - sign[None, :] * y_partner * sin
 
 
 @triton.jit
-def _visible(offs_m, offs_n, n_ctx, CAUSAL: tl.constexpr):
+def _visible(offs_m, offs_n, n_k, shift, CAUSAL: tl.constexpr):
     """(BLOCK_M, BLOCK_N) mask of the (query, key) pairs that take part: keys in range, causal order.
 
+    With N_q queries and N_k keys the causal mask is aligned to the end (query i sits at position
+    i + shift, shift = N_k - N_q >= 0, and sees the keys j <= i + shift), as in decoding against a cache.
     Query rows past the end need no mask: they load as zeros (q, dO, delta), so they add nothing.
     """
-    ok = offs_n[None, :] < n_ctx
+    ok = offs_n[None, :] < n_k
     if CAUSAL:
-        ok = ok & (offs_n[None, :] <= offs_m[:, None])
+        ok = ok & (offs_n[None, :] <= offs_m[:, None] + shift)
     return ok
 
 
@@ -118,7 +120,7 @@ def _forward_kernel(
     Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse, TLse,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
-    n_ctx, n_heads, group_size, scale,
+    n_q, n_k, n_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_SINK: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -143,27 +145,28 @@ def _forward_kernel(
     q_off = b * stride_qb + h * stride_qh
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
-    q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+    shift = n_k - n_q  # query i sits at position i + shift (causal: sees keys j <= i + shift)
+    q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
     qk_scale = scale * LOG2E  # scores in base-2 units
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
     if TANGENT:
-        tq = _load_rotated(TQ + q_off, offs_m, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+        tq = _load_rotated(TQ + q_off, offs_m, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
         g_i = tl.zeros([BLOCK_M], tl.float32)
         acc_t = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
 
     # Causal: key blocks wholly above the diagonal are never visited.
-    hi = n_ctx
+    hi = n_k
     if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, n_ctx)
+        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, n_k)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
-        v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
+        v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
         v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
-        visible = _visible(offs_m, keys, n_ctx, CAUSAL)
+        visible = _visible(offs_m, keys, n_k, shift, CAUSAL)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -172,7 +175,7 @@ def _forward_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision=PRECISION)
         if TANGENT:
-            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
             tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
             ds = tl.dot(tq, tl.trans(k), input_precision=PRECISION) + tl.dot(q, tl.trans(tk), input_precision=PRECISION)
             pds = p * tl.where(visible, ds * scale, 0.0)
@@ -193,15 +196,15 @@ def _forward_kernel(
         m_i = m_new
 
     out = acc / l_i[:, None]
-    rows_ok = offs_m < n_ctx
+    rows_ok = offs_m < n_q
     o_ptrs = b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + cols_v[None, :]
     o_mask = rows_ok[:, None] & (cols_v[None, :] < DV)
     tl.store(Out + o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + bh * n_ctx + offs_m, (m_i + tl.log2(l_i)) / LOG2E, mask=rows_ok)
+    tl.store(Lse + bh * n_q + offs_m, (m_i + tl.log2(l_i)) / LOG2E, mask=rows_ok)
     if TANGENT:
         t_out = acc_t / l_i[:, None] - (g_i / l_i)[:, None] * out
         tl.store(TOut + o_ptrs, t_out.to(TOut.dtype.element_ty), mask=o_mask)
-        tl.store(TLse + bh * n_ctx + offs_m, g_i / l_i, mask=rows_ok)
+        tl.store(TLse + bh * n_q + offs_m, g_i / l_i, mask=rows_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,7 +217,7 @@ def _backward_dkdv_kernel(
     Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out, TQ, TK, TV, TDO, TLse, TDelta, TDK, TDV_out,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
-    n_ctx, n_heads, n_kv_heads, group_size, scale,
+    n_q, n_k, n_heads, n_kv_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
     CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -240,46 +243,47 @@ def _backward_dkdv_kernel(
     cols_v = tl.arange(0, DV_PAD)
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
-    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
-    v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+    shift = n_k - n_q
+    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
+    v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
     v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
     qk_scale = scale * LOG2E
     if TANGENT:
-        tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+        tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
         tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
         t_dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
         t_dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
 
     # Causal: query blocks wholly before this key block cannot see it.
     lo = 0
-    if CAUSAL:
-        lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    if CAUSAL:  # query i sees key j when i >= j - shift
+        lo = (tl.maximum(start_n * BLOCK_N - shift, 0) // BLOCK_M) * BLOCK_M
     for hh in range(0, group_size):
         h = g * group_size + hh
         q_off = b * stride_qb + h * stride_qh
         o_off = b * stride_ob + h * stride_oh
-        row_off = (b * n_heads + h) * n_ctx
-        for start_m in range(lo, n_ctx, BLOCK_M):
+        row_off = (b * n_heads + h) * n_q
+        for start_m in range(lo, n_q, BLOCK_M):
             queries = start_m + offs_m
-            q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
-            do_mask = (queries[:, None] < n_ctx) & (cols_v[None, :] < DV)
+            q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
+            do_mask = (queries[:, None] < n_q) & (cols_v[None, :] < DV)
             do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-            lse = tl.load(Lse + row_off + queries, mask=queries < n_ctx, other=0.0)
-            delta = tl.load(Delta + row_off + queries, mask=queries < n_ctx, other=0.0)
+            lse = tl.load(Lse + row_off + queries, mask=queries < n_q, other=0.0)
+            delta = tl.load(Delta + row_off + queries, mask=queries < n_q, other=0.0)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
             p_t = tl.exp2(s_t - lse[None, :] * LOG2E)
-            p_t = tl.where(tl.trans(_visible(queries, keys, n_ctx, CAUSAL)), p_t, 0.0)
+            p_t = tl.where(tl.trans(_visible(queries, keys, n_k, shift, CAUSAL)), p_t, 0.0)
             dv += tl.dot(p_t.to(dtype), do, input_precision=PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(dtype), q, input_precision=PRECISION)
             if TANGENT:
-                tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+                tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
                 tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-                t_lse = tl.load(TLse + row_off + queries, mask=queries < n_ctx, other=0.0)
-                t_delta = tl.load(TDelta + row_off + queries, mask=queries < n_ctx, other=0.0)
+                t_lse = tl.load(TLse + row_off + queries, mask=queries < n_q, other=0.0)
+                t_delta = tl.load(TDelta + row_off + queries, mask=queries < n_q, other=0.0)
                 t_s = (tl.dot(tk, tl.trans(q), input_precision=PRECISION)
                        + tl.dot(k, tl.trans(tq), input_precision=PRECISION)) * scale
                 t_p = p_t * (t_s - t_lse[None, :])  # zero wherever p_t is (masked pairs)
@@ -293,14 +297,14 @@ def _backward_dkdv_kernel(
 
     dk = dk * scale
     if R > 0:
-        dk = _unrotate(dk, keys, cols, n_ctx, Cos, Sin, R)
-    k_mask = (keys[:, None] < n_ctx) & (cols[None, :] < D)
+        dk = _unrotate(dk, keys, cols, n_k, Cos, Sin, R)
+    k_mask = (keys[:, None] < n_k) & (cols[None, :] < D)
     tl.store(DK + k_off + keys[:, None] * stride_kn + cols[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
     tl.store(DV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], dv.to(DV_out.dtype.element_ty), mask=v_mask)
     if TANGENT:
         t_dk = t_dk * scale
         if R > 0:
-            t_dk = _unrotate(t_dk, keys, cols, n_ctx, Cos, Sin, R)
+            t_dk = _unrotate(t_dk, keys, cols, n_k, Cos, Sin, R)
         tl.store(TDK + k_off + keys[:, None] * stride_kn + cols[None, :], t_dk.to(TDK.dtype.element_ty), mask=k_mask)
         tl.store(TDV_out + v_off + keys[:, None] * stride_vn + cols_v[None, :], t_dv.to(TDV_out.dtype.element_ty),
                  mask=v_mask)
@@ -311,7 +315,7 @@ def _backward_dq_kernel(
     Q, K, V, DO, Lse, Delta, Cos, Sin, DQ, TQ, TK, TV, TDO, TLse, TDelta, TDQ,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_on,
-    n_ctx, n_heads, group_size, scale,
+    n_q, n_k, n_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
     CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -334,36 +338,37 @@ def _backward_dq_kernel(
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
     o_off = b * stride_ob + h * stride_oh
-    q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
-    do_mask = (queries[:, None] < n_ctx) & (cols_v[None, :] < DV)
+    shift = n_k - n_q
+    q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
+    do_mask = (queries[:, None] < n_q) & (cols_v[None, :] < DV)
     do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-    lse = tl.load(Lse + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
-    delta = tl.load(Delta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+    lse = tl.load(Lse + bh * n_q + queries, mask=queries < n_q, other=0.0)
+    delta = tl.load(Delta + bh * n_q + queries, mask=queries < n_q, other=0.0)
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     qk_scale = scale * LOG2E
     if TANGENT:
-        tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_ctx, Cos, Sin, D, R).to(dtype)
+        tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
         tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-        t_lse = tl.load(TLse + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
-        t_delta = tl.load(TDelta + bh * n_ctx + queries, mask=queries < n_ctx, other=0.0)
+        t_lse = tl.load(TLse + bh * n_q + queries, mask=queries < n_q, other=0.0)
+        t_delta = tl.load(TDelta + bh * n_q + queries, mask=queries < n_q, other=0.0)
         t_dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
 
-    hi = n_ctx
+    hi = n_k
     if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, n_ctx)
+        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, n_k)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
-        v_mask = (keys[:, None] < n_ctx) & (cols_v[None, :] < DV)
+        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
+        v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
         v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         p = tl.exp2(s - lse[:, None] * LOG2E)
-        p = tl.where(_visible(queries, keys, n_ctx, CAUSAL), p, 0.0)
+        p = tl.where(_visible(queries, keys, n_k, shift, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
         if TANGENT:
-            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_ctx, Cos, Sin, D, R).to(dtype)
+            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
             tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
             t_s = (tl.dot(tq, tl.trans(k), input_precision=PRECISION)
                    + tl.dot(q, tl.trans(tk), input_precision=PRECISION)) * scale
@@ -376,13 +381,13 @@ def _backward_dq_kernel(
 
     dq = dq * scale
     if R > 0:
-        dq = _unrotate(dq, queries, cols, n_ctx, Cos, Sin, R)
-    q_mask = (queries[:, None] < n_ctx) & (cols[None, :] < D)
+        dq = _unrotate(dq, queries, cols, n_q, Cos, Sin, R, shift)
+    q_mask = (queries[:, None] < n_q) & (cols[None, :] < D)
     tl.store(DQ + q_off + queries[:, None] * stride_qn + cols[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
     if TANGENT:
         t_dq = t_dq * scale
         if R > 0:
-            t_dq = _unrotate(t_dq, queries, cols, n_ctx, Cos, Sin, R)
+            t_dq = _unrotate(t_dq, queries, cols, n_q, Cos, Sin, R, shift)
         tl.store(TDQ + q_off + queries[:, None] * stride_qn + cols[None, :], t_dq.to(TDQ.dtype.element_ty), mask=q_mask)
 
 
@@ -468,20 +473,20 @@ def forward(
     tangent_lse is the lse's tangent from the scores alone (a sink's own tangent is the caller's to add).
     """
     batch, heads, n, _ = q.shape
-    kv_heads, dv = k.shape[1], v.shape[-1]
+    kv_heads, n_k, dv = k.shape[1], k.shape[2], v.shape[-1]
     out = _new((batch, heads, n, dv), q)
     lse = _new((batch, heads, n), q, torch.float32)
     t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
     t_lse = _new((batch, heads, n), q, torch.float32) if tangents is not None else None
     tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
-    cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
+    cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
     args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings)
     grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _forward_kernel[grid](
         q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
         t_out if t_out is not None else out, lse, t_lse if t_lse is not None else lse,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        n, heads, heads // kv_heads, settings.scale,
+        n, n_k, heads, heads // kv_heads, settings.scale,
         HAS_SINK=sink is not None, TANGENT=tangents is not None, **args,
     )
     return out, lse, t_out, t_lse
@@ -501,7 +506,7 @@ def backward(
     tangents of all four: (dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta), the fused second order.
     """
     batch, heads, n, _ = q.shape
-    kv_heads = k.shape[1]
+    kv_heads, n_k = k.shape[1], k.shape[2]
     d_out = d_out.contiguous()
     delta = (d_out.float() * out.float()).sum(-1).contiguous()
     dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
@@ -511,21 +516,21 @@ def backward(
         t_dq, t_dk, t_dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
     else:  # placeholders, unused without TANGENT
         tq, tk, tv, t_dout, t_lse, t_delta, t_dq, t_dk, t_dv = q, k, v, d_out, lse, delta, dq, dk, dv
-    cos, sin = rope_tables(n, settings.rope_dims, settings.rope_base, q.device)
+    cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
     # dq, dk, dv and their tangents are written with the strides of q, k, v: the caller passes contiguous inputs.
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
     second = tangents is not None
     args = _shared_args("dkdv_tangent" if second else "dkdv", q, v, settings)
-    grid_kv = (triton.cdiv(n, args["BLOCK_N"]), batch * kv_heads)
+    grid_kv = (triton.cdiv(n_k, args["BLOCK_N"]), batch * kv_heads)
     _backward_dkdv_kernel[grid_kv](
         q, k, v, d_out, lse, delta, cos, sin, dk, dv, tq, tk, tv, t_dout, t_lse, t_delta, t_dk, t_dv, *strides,
-        n, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
+        n, n_k, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
     )
     args = _shared_args("dq_tangent" if second else "dq", q, v, settings)
     grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _backward_dq_kernel[grid_q](
         q, k, v, d_out, lse, delta, cos, sin, dq, tq, tk, tv, t_dout, t_lse, t_delta, t_dq, *strides,
-        n, heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
+        n, n_k, heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
     )
     if second:
         return dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta

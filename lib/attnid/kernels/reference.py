@@ -1,7 +1,7 @@
 """The PyTorch reference for `attnid.kernels.attention`: the same function, written like the equations.
 
 Runs everywhere, differentiates in both modes (plain torch ops), and in float64 is the yardstick the
-Triton kernels are tested against. Unlike the kernels it materialises the (N, N) score matrix.
+Triton kernels are tested against. Unlike the kernels it materialises the (N_q, N_k) score matrix.
 """
 
 from __future__ import annotations
@@ -21,14 +21,23 @@ def reference_attention(
     Half-precision inputs are computed in float32 and the result cast back; float32 and float64 stay as they are.
     """
     batch, heads, n, d = q.shape
-    kv_heads, dtype = k.shape[1], q.dtype
+    kv_heads, n_k, dtype = k.shape[1], k.shape[2], q.dtype
+    shift = n_k - n  # query i sits at position i + shift: the queries are aligned to the end of the keys
     work = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
     q, k, v = q.to(work), k.to(work), v.to(work)
-    q, k = apply_rope(q, rope_dims, rope_base), apply_rope(k, rope_dims, rope_base)
+    if shift > 0 and rope_dims:  # rotate at positions shift..n_k-1: pad in front, rotate, drop the padding
+        q = apply_rope(torch.cat([q.new_zeros(batch, heads, shift, d), q], dim=2), rope_dims, rope_base)[:, :, shift:]
+    else:
+        q = apply_rope(q, rope_dims, rope_base)
+    k = apply_rope(k, rope_dims, rope_base)
     # (B, G, H/G, N, D): the query heads of one group side by side, broadcast against their k/v head.
     q = q.reshape(batch, kv_heads, heads // kv_heads, n, d)
     scores = q @ k[:, :, None].transpose(-1, -2) * scale
+    if causal and shift:  # the mask aligned to the end: key j is hidden from query i when j > i + shift
+        hidden = torch.ones(n, n_k, dtype=torch.bool, device=q.device).triu(1 + shift)
+        scores = scores.masked_fill(hidden, float("-inf"))
     logits = None if sink is None else sink.to(work).reshape(kv_heads, heads // kv_heads)
-    weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal, sink=logits)
+    weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal and not shift,
+                                sink=logits)
     out = weights @ v[:, :, None]
     return out.reshape(batch, heads, n, v.shape[-1]).to(dtype)
