@@ -274,7 +274,8 @@ def test_training_through_the_kernels_follows_the_reference(monkeypatch: pytest.
 def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width: str, kinds: list[str]) -> None:
     """Triton compiles every kernel for sm_90 here, without a GPU; each must fit 227 KiB of shared memory.
 
-    The full matrix (widths 64, 128, 256; bf16, fp16, fp32) is `make check-kernels`.
+    With a mask (the larger variant: a mask tile per pipeline stage). The full matrix (widths 64, 128, 256;
+    bf16, fp16, fp32; with and without a mask) is `make check-kernels`.
     """
     import subprocess
     import sys
@@ -282,7 +283,7 @@ def test_kernels_compile_for_hopper_and_fit_its_shared_memory(dtype: str, width:
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[1] / "scripts" / "check_kernels.py"
-    run = subprocess.run([sys.executable, str(script), "--widths", width, "--dtypes", dtype, "--kinds", *kinds],
+    run = subprocess.run([sys.executable, str(script), "--widths", width, "--dtypes", dtype, "--mask", "on", "--kinds", *kinds],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("fits") == len(kinds), run.stdout
@@ -457,3 +458,92 @@ def test_fewer_queries_are_the_last_rows_of_the_square_attention(sink: bool, gen
     got = attention(q_all[:, :, -4:].float(), k.float(), v.float(), backend="triton", causal=True, rope_fraction=0.5,
                     sink=None if s is None else s.float())
     assert_close(got, square, "the kernels against the square attention's last rows")
+
+
+# ---- attention masks (issue 30, item 3): a key padding mask, boolean and additive masks, in every kernel
+
+
+def _masks(gen: torch.Generator, b: int, h: int, nq: int, nk: int) -> dict[str, dict]:
+    keep = torch.rand(b, 1, nq, nk, generator=gen) > 0.3
+    keep[0, 0, 1, :] = False  # a row of batch 0 that sees no key at all
+    return {
+        "boolean, an empty row": dict(mask=keep),
+        "additive, per head, causal, RoPE": dict(mask=torch.randn(1, h, nq, nk, generator=gen), causal=True, rope_fraction=0.5),
+        "key padding, causal": dict(key_lengths=torch.tensor([nk, nk // 2]), causal=True),
+        "boolean and key padding, sink": dict(mask=keep, key_lengths=torch.tensor([nk, 3]), sink=torch.randn(h, generator=gen)),
+    }
+
+
+@pytest.mark.parametrize("which", ["boolean, an empty row", "additive, per head, causal, RoPE", "key padding, causal",
+                                   "boolean and key padding, sink"])
+def test_masks_in_every_kernel_match_float64(which: str, gen: torch.Generator) -> None:
+    b, h, g, nq, nk, d = 2, 4, 2, 7, 19, 16
+    q, k, v = torch.randn(b, h, nq, d, generator=gen), torch.randn(b, g, nk, d, generator=gen), torch.randn(b, g, nk, d, generator=gen)
+    kw = _masks(gen, b, h, nq, nk)[which]
+    as64 = {n: (t.double() if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t) for n, t in kw.items()}
+    f = lambda backend, opts: (lambda a, b_, c: attention(a, b_, c, backend=backend, **opts))
+    xs, ts = (q, k, v), tuple(torch.randn(t.shape, generator=gen) for t in (q, k, v))
+    cot = torch.randn(b, h, nq, d, generator=gen)
+    x64, t64 = tuple(t.double() for t in xs), tuple(t.double() for t in ts)
+    pair = lambda backend, opts, c: (lambda a, b_, c_: (f(backend, opts)(a, b_, c_) * c).sum())
+    assert_close(f("triton", kw)(*xs), f("reference", as64)(*x64), f"{which}: out")
+    for i, (a, r) in enumerate(zip(torch.func.vjp(f("triton", kw), *xs)[1](cot),
+                                   torch.func.vjp(f("reference", as64), *x64)[1](cot.double()), strict=True)):
+        assert_close(a, r, f"{which}: gradient {i}")
+    assert_close(torch.func.jvp(f("triton", kw), xs, ts)[1], torch.func.jvp(f("reference", as64), x64, t64)[1],
+                 f"{which}: tangent")
+    hvp = lambda backend, opts, c, p, t: torch.func.jvp(torch.func.grad(pair(backend, opts, c), argnums=(0, 1, 2)), p, t)[1]
+    for i, (a, r) in enumerate(zip(hvp("triton", kw, cot, xs, ts), hvp("reference", as64, cot.double(), x64, t64),
+                                   strict=True)):
+        assert_close(a, r, f"{which}: Hessian-vector product {i}")
+
+
+def test_the_reference_masks_mean_what_they_say(gen: torch.Generator) -> None:
+    # float64, independent definitions: key padding = the same attention on the first L keys; a boolean mask =
+    # its additive 0 / -inf form; a row with nothing to see returns zeros with finite gradients
+    q, k, v = (torch.randn(2, 2, 5, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    padded = attention(q, k, v, backend="reference", key_lengths=torch.tensor([5, 3]))
+    torch.testing.assert_close(padded[1], attention(q[1:], k[1:, :, :3], v[1:, :, :3], backend="reference")[0])
+    keep = torch.rand(2, 2, 5, 5, generator=gen) > 0.4
+    keep[..., 0] = True
+    additive = torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(attention(q, k, v, mask=keep, backend="reference"),
+                               attention(q, k, v, mask=additive, backend="reference"))
+    none = torch.zeros(2, 2, 5, 5, dtype=torch.bool)
+    leaf = q.clone().requires_grad_()
+    out = attention(leaf, k, v, mask=none, backend="reference")
+    out.sum().backward()
+    assert out.abs().max() == 0 and torch.isfinite(leaf.grad).all()
+
+
+def test_vmap_folds_a_mask_into_the_batch(gen: torch.Generator) -> None:
+    q = torch.randn(3, 1, 2, 4, 16, generator=gen)
+    k, v = (torch.randn(1, 1, 6, 16, generator=gen) for _ in range(2))
+    keep = torch.rand(1, 1, 4, 6, generator=gen) > 0.3
+    lengths = torch.tensor([5])
+    batched = torch.func.vmap(lambda x: attention(x, k, v, mask=keep, key_lengths=lengths, backend="triton"))(q)
+    for i in range(3):
+        want = attention(q[i].double(), k.double(), v.double(), mask=keep, key_lengths=lengths, backend="reference")
+        assert_close(batched[i], want, f"vmap slice {i}")
+
+
+@pytest.mark.parametrize(("kw", "error", "message"), [
+    (dict(mask=torch.ones(3, 5, 5, dtype=torch.bool)), ValueError, "does not broadcast"),
+    (dict(mask=torch.ones(5, 5, dtype=torch.int64)), TypeError, "boolean or floating"),
+    (dict(mask=torch.zeros(5, 5, requires_grad=True), backend="triton"), ValueError, "as a constant"),
+    (dict(key_lengths=torch.tensor([6])), ValueError, "between 1 and N_k"),
+    (dict(key_lengths=torch.tensor([0])), ValueError, "between 1 and N_k"),
+    (dict(key_lengths=torch.tensor([2.0])), TypeError, "integer tensor"),
+    (dict(key_lengths=torch.tensor([2, 3])), ValueError, "shape \\(B,\\)"),
+])
+def test_bad_masks_are_named(kw: dict, error: type, message: str) -> None:
+    q, k, v = (torch.zeros(1, 2, 5, 16) for _ in range(3))
+    with pytest.raises(error, match=message):
+        attention(q, k, v, **kw)
+
+
+def test_the_reference_differentiates_an_additive_mask(gen: torch.Generator) -> None:
+    q, k, v = (torch.randn(1, 2, 4, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 2, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    attention(q, k, v, mask=bias, backend="reference").sum().backward()
+    assert bias.grad is not None and bias.grad.abs().max() > 0

@@ -132,43 +132,45 @@ def _settings(causal: bool, rope_dims: int, rope_base: float, scale: float) -> C
 
 @torch.library.custom_op("attnid::flash_forward", mutates_args=())
 def flash_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, mask: torch.Tensor | None, lengths: torch.Tensor | None,
     causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) from the Triton forward kernel."""
     out, lse, _, _ = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
-                                      _settings(causal, rope_dims, rope_base, scale))
+                                      _settings(causal, rope_dims, rope_base, scale), None, mask, _dense(lengths))
     return out, lse
 
 
 @torch.library.custom_op("attnid::flash_tangent", mutates_args=())
 def flash_tangent(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, mask: torch.Tensor | None, lengths: torch.Tensor | None,
     tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor,
     causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, tangent of out, lse, tangent of lse) in one fused pass, for tangents (tq, tk, tv) of (q, k, v)."""
     tangents = (tq.contiguous(), tk.contiguous(), tv.contiguous())
     out, lse, t_out, t_lse = _flash().forward(q.contiguous(), k.contiguous(), v.contiguous(), _dense(sink),
-                                              _settings(causal, rope_dims, rope_base, scale), tangents)
+                                              _settings(causal, rope_dims, rope_base, scale), tangents, mask,
+                                              _dense(lengths))
     return out, t_out, lse, t_lse
 
 
 @torch.library.custom_op("attnid::flash_backward", mutates_args=())
 def flash_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor,
-    causal: bool, rope_dims: int, rope_base: float, scale: float,
+    mask: torch.Tensor | None, lengths: torch.Tensor | None, causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) from the Triton backward kernels; delta = rowsum(d_out * out)."""
     return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
-                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale))
+                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale), None, mask,
+                             _dense(lengths))
 
 
 @torch.library.custom_op("attnid::flash_backward_tangent", mutates_args=())
 def flash_backward_tangent(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor,
     tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor, t_dout: torch.Tensor, t_lse: torch.Tensor,
-    t_out: torch.Tensor, causal: bool, rope_dims: int, rope_base: float, scale: float,
+    t_out: torch.Tensor, mask: torch.Tensor | None, lengths: torch.Tensor | None, causal: bool, rope_dims: int, rope_base: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, delta) and their tangents along (tq, tk, tv, t_dout), from one fused pass of the backward kernels.
 
@@ -176,28 +178,29 @@ def flash_backward_tangent(
     """
     tangents = tuple(t.contiguous() for t in (tq, tk, tv, t_dout, t_lse, t_out))
     return _flash().backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(),
-                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale), tangents)
+                             d_out.contiguous(), _settings(causal, rope_dims, rope_base, scale), tangents, mask,
+                             _dense(lengths))
 
 
 @flash_forward.register_fake
-def _(q, k, v, sink, causal, rope_dims, rope_base, scale):
+def _(q, k, v, sink, mask, lengths, causal, rope_dims, rope_base, scale):
     return q.new_empty((*q.shape[:3], v.shape[-1])), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @flash_tangent.register_fake
-def _(q, k, v, sink, tq, tk, tv, causal, rope_dims, rope_base, scale):
+def _(q, k, v, sink, mask, lengths, tq, tk, tv, causal, rope_dims, rope_base, scale):
     out = q.new_empty((*q.shape[:3], v.shape[-1]))
     lse = q.new_empty(q.shape[:3], dtype=torch.float32)
     return out, torch.empty_like(out), lse, torch.empty_like(lse)
 
 
 @flash_backward.register_fake
-def _(q, k, v, out, lse, d_out, causal, rope_dims, rope_base, scale):
+def _(q, k, v, out, lse, d_out, mask, lengths, causal, rope_dims, rope_base, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse)
 
 
 @flash_backward_tangent.register_fake
-def _(q, k, v, out, lse, d_out, tq, tk, tv, t_dout, t_lse, t_out, causal, rope_dims, rope_base, scale):
+def _(q, k, v, out, lse, d_out, tq, tk, tv, t_dout, t_lse, t_out, mask, lengths, causal, rope_dims, rope_base, scale):
     first = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse))
     return first + tuple(torch.empty_like(x) for x in first)
 
@@ -272,28 +275,30 @@ class _FlashAttention(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(q, k, v, sink, settings: CallSettings):  # type: ignore[override]
-        return flash_forward(q, k, v, sink, settings.causal, settings.rope_dims, settings.rope_base, settings.scale)
+    def forward(q, k, v, sink, mask, lengths, settings: CallSettings):  # type: ignore[override]
+        p = settings
+        return flash_forward(q, k, v, sink, mask, lengths, p.causal, p.rope_dims, p.rope_base, p.scale)
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # type: ignore[override]
-        q, k, v, sink, settings = inputs
+        q, k, v, sink, mask, lengths, settings = inputs
         out, lse = output
         ctx.settings = settings
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(q, k, v, sink, out, lse)
-        ctx.save_for_forward(q, k, v, sink, out, lse)
+        ctx.save_for_backward(q, k, v, sink, mask, lengths, out, lse)
+        ctx.save_for_forward(q, k, v, sink, mask, lengths, out, lse)
 
     @staticmethod
     def backward(ctx, d_out, _d_lse):  # type: ignore[override]
-        q, k, v, sink, out, lse = ctx.saved_tensors
-        dq, dk, dv, d_sink = _FlashBackward.apply(q, k, v, sink, d_out, out.detach(), lse.detach(), ctx.settings)
-        return dq, dk, dv, d_sink if sink is not None and ctx.needs_input_grad[3] else None, None
+        q, k, v, sink, mask, lengths, out, lse = ctx.saved_tensors
+        dq, dk, dv, d_sink = _FlashBackward.apply(q, k, v, sink, mask, lengths, d_out, out.detach(), lse.detach(),
+                                                  ctx.settings)
+        return dq, dk, dv, d_sink if sink is not None and ctx.needs_input_grad[3] else None, None, None, None
 
     @staticmethod
-    def jvp(ctx, tq, tk, tv, t_sink, _settings):  # type: ignore[override]
-        q, k, v, sink, _out, _lse = ctx.saved_tensors
-        _, t_out, _, _ = _forward_tangent(q, k, v, sink, (tq, tk, tv, t_sink), ctx.settings)
+    def jvp(ctx, tq, tk, tv, t_sink, _t_mask, _t_lengths, _settings):  # type: ignore[override]
+        q, k, v, sink, mask, lengths, _out, _lse = ctx.saved_tensors  # the mask is detached: a constant
+        _, t_out, _, _ = _forward_tangent(q, k, v, sink, (mask, lengths), (tq, tk, tv, t_sink), ctx.settings)
         return t_out, None
 
 
@@ -311,39 +316,41 @@ class _FlashBackward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(q, k, v, sink, d_out, out, lse, settings: CallSettings):  # type: ignore[override]
+    def forward(q, k, v, sink, mask, lengths, d_out, out, lse, settings: CallSettings):  # type: ignore[override]
         p = settings
-        dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, p.causal, p.rope_dims, p.rope_base, p.scale)
+        dq, dk, dv, delta = flash_backward(q, k, v, out, lse, d_out, mask, lengths, p.causal, p.rope_dims,
+                                           p.rope_base, p.scale)
         # d out_i / d sink = -p_sink_i out_i, so dL/dsink_h = -sum_{b,i} p_sink_i delta_i
         d_sink = None if sink is None else -(_sink_weight(sink, lse) * delta).sum(dim=(0, 2)).to(sink.dtype)
         return dq, dk, dv, d_sink
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # type: ignore[override]
-        q, k, v, sink, d_out, _out, _lse, settings = inputs
+        q, k, v, sink, mask, lengths, d_out, _out, _lse, settings = inputs
         ctx.settings = settings
-        ctx.save_for_backward(q, k, v, sink, d_out)
-        ctx.save_for_forward(q, k, v, sink, d_out)
+        ctx.save_for_backward(q, k, v, sink, mask, lengths, d_out)
+        ctx.save_for_forward(q, k, v, sink, mask, lengths, d_out)
 
     @staticmethod
     def backward(ctx, g_dq, g_dk, g_dv, g_sink):  # type: ignore[override]
         # The Hessian of <d_out, attention> is symmetric, so the cotangent's pull-back onto (q, k, v, sink) is the
         # tangent of this map along the cotangent itself with d_out held fixed; onto d_out it is the forward
         # pass's tangent along the cotangent.
-        q, k, v, sink, d_out = ctx.saved_tensors
+        q, k, v, sink, mask, lengths, d_out = ctx.saved_tensors
         along = (g_dq, g_dk, g_dv, g_sink if sink is not None else None)
-        grads, t_out = _backward_tangent(q, k, v, sink, d_out, along, None, ctx.settings)
-        return grads[0], grads[1], grads[2], grads[3], t_out, None, None, None
+        grads, t_out = _backward_tangent(q, k, v, sink, (mask, lengths), d_out, along, None, ctx.settings)
+        return grads[0], grads[1], grads[2], grads[3], None, None, t_out, None, None, None
 
     @staticmethod
-    def jvp(ctx, tq, tk, tv, t_sink, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
-        q, k, v, sink, d_out = ctx.saved_tensors
-        grads, _ = _backward_tangent(q, k, v, sink, d_out, (tq, tk, tv, t_sink), t_dout, ctx.settings)
+    def jvp(ctx, tq, tk, tv, t_sink, _t_mask, _t_lengths, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
+        q, k, v, sink, mask, lengths, d_out = ctx.saved_tensors
+        grads, _ = _backward_tangent(q, k, v, sink, (mask, lengths), d_out, (tq, tk, tv, t_sink), t_dout, ctx.settings)
         return grads
 
 
 def _forward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
-                     along: tuple[torch.Tensor | None, ...], p: CallSettings
+                     masks: tuple[torch.Tensor | None, torch.Tensor | None], along: tuple[torch.Tensor | None, ...],
+                     p: CallSettings
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, t_out, lse, t_lse) along (tq, tk, tv, t_sink) (None: zero): the tangent kernel, plus the sink's part.
 
@@ -351,7 +358,7 @@ def _forward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: to
     """
     tq, tk, tv, t_sink = along
     tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
-    out, t_out, lse, t_lse = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, tq, tk, tv,
+    out, t_out, lse, t_lse = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, *masks, tq, tk, tv,
                                              p.causal, p.rope_dims, p.rope_base, p.scale)
     if sink is not None and t_sink is not None:
         weight = _sink_weight(sink, lse)
@@ -361,23 +368,63 @@ def _forward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: to
 
 
 def _backward_tangent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None,
-                      d_out: torch.Tensor, along: tuple[torch.Tensor | None, ...], t_dout: torch.Tensor | None,
+                      masks: tuple[torch.Tensor | None, torch.Tensor | None], d_out: torch.Tensor,
+                      along: tuple[torch.Tensor | None, ...], t_dout: torch.Tensor | None,
                       p: CallSettings) -> tuple[tuple[torch.Tensor | None, ...], torch.Tensor]:
     """((t_dq, t_dk, t_dv, t_dsink), t_out): the tangent of (dq, dk, dv, d_sink) along (tq, tk, tv, t_sink) and
     t_dout (None: zero), and the forward pass's output tangent along (tq, tk, tv, t_sink), by the fused kernels."""
     tq, tk, tv, t_sink = along
-    out, t_out, lse, t_lse = _forward_tangent(q, k, v, sink, along, p)
+    out, t_out, lse, t_lse = _forward_tangent(q, k, v, sink, masks, along, p)
     tq, tk, tv = (torch.zeros_like(x) if t is None else t for x, t in ((q, tq), (k, tk), (v, tv)))
     t_dout = torch.zeros_like(d_out) if t_dout is None else t_dout
     *_, delta, t_dq, t_dk, t_dv, t_delta = _Terminal.apply(
         "second-order pass", flash_backward_tangent, q, k, v, out, lse, d_out, tq, tk, tv, t_dout, t_lse, t_out,
-        p.causal, p.rope_dims, p.rope_base, p.scale)
+        *masks, p.causal, p.rope_dims, p.rope_base, p.scale)
     t_dsink = None
     if sink is not None:
         weight = _sink_weight(sink, lse)  # d_sink = -sum p_sink delta; p_sink moves by p_sink (t_sink - t_lse)
         t_weight = weight * ((0.0 if t_sink is None else t_sink.float()[:, None]) - t_lse)
         t_dsink = -(t_weight * delta + weight * t_delta).sum(dim=(0, 2)).to(sink.dtype)
     return (t_dq, t_dk, t_dv, t_dsink), t_out
+
+
+def check_masks(mask: Any, key_lengths: Any, q: torch.Tensor, k: torch.Tensor, *, for_kernels: bool = True
+                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(additive float32 mask broadcast to (B, H, N_q, N_k) or None, int32 key lengths (B, 1) or None), checked.
+
+    ``mask``: boolean (True: the pair takes part) or floating (added to the scores; -inf hides), of any shape
+    that broadcasts to (B, H, N_q, N_k). ``key_lengths``: integers (B,), each between 1 and N_k: batch row b
+    sees only its first key_lengths[b] keys (a key padding mask). The kernels take the mask as a constant
+    (detached); for them (``for_kernels``) a mask that requires a gradient is refused, since they give none.
+    """
+    (b, h, n_q, _), n_k = q.shape, k.shape[2]
+    full = (b, h, n_q, n_k)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or not (mask.dtype == torch.bool or mask.dtype.is_floating_point):
+            raise TypeError(f"mask must be a boolean or floating tensor, got {mask!r:.80}")
+        if mask.device != q.device:
+            raise ValueError(f"mask is on {mask.device}, q on {q.device}")
+        if mask.requires_grad and for_kernels:
+            raise ValueError("the kernels take the mask as a constant and give no gradient for it; "
+                             "use backend='reference' to differentiate an additive mask")
+        try:
+            if torch.broadcast_shapes(tuple(mask.shape), full) != full:
+                raise RuntimeError
+        except RuntimeError:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, N_q, N_k) = {full}") from None
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill(~mask, float("-inf"))
+        mask = mask.detach().float().expand(full)
+    if key_lengths is not None:
+        if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
+            raise TypeError(f"key_lengths must be an integer tensor of shape (B,) = ({b},), got {key_lengths!r:.80}")
+        if tuple(key_lengths.shape) != (b,) or key_lengths.device != q.device:
+            raise ValueError(f"key_lengths must have shape (B,) = ({b},) on {q.device}; got {tuple(key_lengths.shape)} "
+                             f"on {key_lengths.device}")
+        if b and (int(key_lengths.min()) < 1 or int(key_lengths.max()) > n_k):
+            raise ValueError(f"key_lengths must lie between 1 and N_k = {n_k}; got {key_lengths.tolist()[:8]}")
+        key_lengths = key_lengths.to(torch.int32).reshape(b, 1).contiguous()
+    return mask, key_lengths
 
 
 def _sink_weight(sink: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -393,8 +440,9 @@ def _sink_weight(sink: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, rope_fraction: float = 0.0,
     rope_base: float = 10000.0, sink: torch.Tensor | None = None, scale: float | None = None, backend: str = "auto",
+    mask: torch.Tensor | None = None, key_lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Multi-head attention with GQA, RoPE and an optional sink; returns (B, H, N_q, Dv).
+    """Multi-head attention with GQA, RoPE, an optional sink and masks; returns (B, H, N_q, Dv).
 
     q (B, H, N_q, D), k (B, G, N_k, D), v (B, G, N_k, Dv), G dividing H; query head h uses key/value head
     h // (H / G). N_q may differ from N_k (cross-attention, decoding against a cache): the queries are
@@ -404,34 +452,46 @@ def attention(
     0..N_k-1, frequencies rope_base^(-2i/r)). `sink` (H,) adds exp(sink_h) to each row's
     softmax denominator. `scale` defaults to 1/sqrt(D). backend: 'triton' (CUDA, or the CPU
     interpreter under TRITON_INTERPRET=1), 'reference' (PyTorch), 'auto' (Triton on CUDA tensors).
+    `mask` (boolean, True where a pair takes part, or additive, broadcasting to (B, H, N_q, N_k)) and
+    `key_lengths` (B,) (row b sees its first key_lengths[b] keys) hide pairs on top of the causal mask; a
+    query row left with no key (and no sink) returns zeros. On Triton the mask is a constant: a mask that
+    requires a gradient is refused (the reference differentiates an additive mask).
     Differentiable in reverse mode (`backward`, `torch.func.grad`), forward mode (`torch.func.jvp`, `jacfwd`) and to
     second order (`hessian`, `jvp(grad(f))`, double backward), every order by the fused kernels in O(B H N) memory;
     not to third order.
     """
     settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
-    if choose_backend(backend, q, v) == "reference":
+    chosen = choose_backend(backend, q, v)
+    additive, lengths = check_masks(mask, key_lengths, q, k, for_kernels=chosen == "triton")
+    if chosen == "reference":  # the mask as given: boolean, or additive and differentiable
         return reference_attention(q, k, v, causal=settings.causal, rope_dims=settings.rope_dims,
-                                   rope_base=settings.rope_base, sink=sink, scale=settings.scale)
-    return _FlashAttention.apply(q, k, v, sink, settings)[0]
+                                   rope_base=settings.rope_base, sink=sink, scale=settings.scale, mask=mask,
+                                   key_lengths=lengths)
+    return _FlashAttention.apply(q, k, v, sink, additive, lengths, settings)[0]
 
 
 def attention_jvp(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tq: torch.Tensor, tk: torch.Tensor, tv: torch.Tensor, *,
     causal: bool = False, rope_fraction: float = 0.0, rope_base: float = 10000.0, sink: torch.Tensor | None = None,
-    scale: float | None = None, backend: str = "auto",
+    scale: float | None = None, backend: str = "auto", mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, tangent of out) for tangents (tq, tk, tv) shaped like (q, k, v): one fused pass on Triton."""
     settings = check_inputs(q, k, v, causal=causal, rope_fraction=rope_fraction, rope_base=rope_base, sink=sink, scale=scale)
     for name, t, x in (("tq", tq, q), ("tk", tk, k), ("tv", tv, v)):
         if not isinstance(t, torch.Tensor) or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
             raise ValueError(f"{name} must match {name[1]} in shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})")
-    if choose_backend(backend, q, v) == "reference":
+    chosen = choose_backend(backend, q, v)
+    additive, lengths = check_masks(mask, key_lengths, q, k, for_kernels=chosen == "triton")
+    if chosen == "reference":
         # dense copies: forward-mode AD refuses a primal or tangent whose elements share memory (an expanded view)
         return torch.func.jvp(
             lambda a, b, c: reference_attention(a, b, c, causal=settings.causal, rope_dims=settings.rope_dims,
-                                                rope_base=settings.rope_base, sink=sink, scale=settings.scale),
+                                                rope_base=settings.rope_base, sink=sink, scale=settings.scale,
+                                                mask=mask, key_lengths=lengths),
             tuple(x.contiguous() for x in (q, k, v)), tuple(t.contiguous() for t in (tq, tk, tv)),
         )
-    out, t_out, _, _ = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, tq, tk, tv,
-                                       settings.causal, settings.rope_dims, settings.rope_base, settings.scale)
+    out, t_out, _, _ = _Terminal.apply("forward-mode tangent", flash_tangent, q, k, v, sink, additive, lengths,
+                                       tq, tk, tv, settings.causal, settings.rope_dims, settings.rope_base,
+                                       settings.scale)
     return out, t_out

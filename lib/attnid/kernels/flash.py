@@ -110,6 +110,17 @@ def _visible(offs_m, offs_n, n_k, shift, CAUSAL: tl.constexpr):
     return ok
 
 
+@triton.jit
+def _mask_tile(Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn):
+    """The additive mask's (rows x keys) tile of batch b and head h, float32, natural units (-inf hides a pair).
+
+    A broadcast dimension of the mask has stride 0, so one (N_q, N_k) mask serves every batch and head.
+    """
+    ok = (rows[:, None] < n_q) & (keys[None, :] < n_k)
+    ptrs = Mask + b * stride_mb + h * stride_mh + rows[:, None] * stride_mm + keys[None, :] * stride_mn
+    return tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+
+
 # ----------------------------------------------------------------------------------------------
 # Forward (and, with TANGENT, the forward-mode derivative in the same pass)
 # ----------------------------------------------------------------------------------------------
@@ -117,13 +128,13 @@ def _visible(offs_m, offs_n, n_k, shift, CAUSAL: tl.constexpr):
 
 @triton.jit
 def _forward_kernel(
-    Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse, TLse,
+    Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse, TLse, Mask, KeyLen,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_on,
+    stride_ob, stride_oh, stride_on, stride_mb, stride_mh, stride_mm, stride_mn,
     n_q, n_k, n_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_SINK: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_SINK: tl.constexpr, TANGENT: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head). Online softmax over key blocks.
 
@@ -131,6 +142,9 @@ def _forward_kernel(
     ds = (tq k^T + q tk^T) scale and three more accumulators rescaled like the others:
     g = sum p ds, acc_t = sum (p ds) v + p tv. Then tangent_out = acc_t / l - (g / l) out, and
     g / l is the tangent of the log-sum-exp (stored in TLse; the backward's tangent needs it).
+
+    HAS_MASK adds an additive mask tile to the scores; HAS_LENGTHS hides the keys j >= KeyLen[b]. A row
+    that sees no key (and has no sink) gets out = 0 and lse = +inf, so the backward gives it no weight.
     """
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -157,21 +171,27 @@ def _forward_kernel(
         g_i = tl.zeros([BLOCK_M], tl.float32)
         acc_t = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
 
-    # Causal: key blocks wholly above the diagonal are never visited.
-    hi = n_k
+    kv_len = n_k
+    if HAS_LENGTHS:
+        kv_len = tl.load(KeyLen + b)
+    # Causal: key blocks wholly above the diagonal are never visited; nor blocks past the row's keys.
+    hi = kv_len
     if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, n_k)
+        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, kv_len)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
         k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
         v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
         v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
-        visible = _visible(offs_m, keys, n_k, shift, CAUSAL)
+        visible = _visible(offs_m, keys, kv_len, shift, CAUSAL)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if HAS_MASK:
+            s += _mask_tile(Mask, b, h, offs_m, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)  # rescales everything accumulated so far
-        p = tl.exp2(s - m_new[:, None])
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: no -inf - -inf
+        alpha = tl.exp2(m_i - m_safe)  # rescales everything accumulated so far
+        p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision=PRECISION)
         if TANGENT:
@@ -195,16 +215,19 @@ def _forward_kernel(
             acc_t = acc_t * alpha[:, None]
         m_i = m_new
 
-    out = acc / l_i[:, None]
+    empty = l_i == 0.0  # a row that sees no key and has no sink
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
     rows_ok = offs_m < n_q
     o_ptrs = b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + cols_v[None, :]
     o_mask = rows_ok[:, None] & (cols_v[None, :] < DV)
     tl.store(Out + o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + bh * n_q + offs_m, (m_i + tl.log2(l_i)) / LOG2E, mask=rows_ok)
+    lse = tl.where(empty, float("inf"), (m_i + tl.log2(l_safe)) / LOG2E)
+    tl.store(Lse + bh * n_q + offs_m, lse, mask=rows_ok)
     if TANGENT:
-        t_out = acc_t / l_i[:, None] - (g_i / l_i)[:, None] * out
+        t_out = acc_t / l_safe[:, None] - (g_i / l_safe)[:, None] * out
         tl.store(TOut + o_ptrs, t_out.to(TOut.dtype.element_ty), mask=o_mask)
-        tl.store(TLse + bh * n_q + offs_m, g_i / l_i, mask=rows_ok)
+        tl.store(TLse + bh * n_q + offs_m, g_i / l_safe, mask=rows_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,13 +237,13 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_dkdv_kernel(
-    Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out, TQ, TK, TV, TDO, TLse, TDelta, TDK, TDV_out,
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DK, DV_out, TQ, TK, TV, TDO, TLse, TDelta, TDK, TDV_out, Mask, KeyLen,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_on,
+    stride_ob, stride_oh, stride_on, stride_mb, stride_mh, stride_mm, stride_mn,
     n_q, n_k, n_heads, n_kv_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
-    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One program: BLOCK_N keys of one (batch, key/value head); loops over every query of the group.
 
@@ -244,6 +267,9 @@ def _backward_dkdv_kernel(
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
     shift = n_k - n_q
+    kv_len = n_k
+    if HAS_LENGTHS:
+        kv_len = tl.load(KeyLen + b)
     k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
     v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
     v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
@@ -273,8 +299,11 @@ def _backward_dkdv_kernel(
             lse = tl.load(Lse + row_off + queries, mask=queries < n_q, other=0.0)
             delta = tl.load(Delta + row_off + queries, mask=queries < n_q, other=0.0)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+            if HAS_MASK:
+                s_t += tl.trans(_mask_tile(Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm,
+                                           stride_mn)) * LOG2E
             p_t = tl.exp2(s_t - lse[None, :] * LOG2E)
-            p_t = tl.where(tl.trans(_visible(queries, keys, n_k, shift, CAUSAL)), p_t, 0.0)
+            p_t = tl.where(tl.trans(_visible(queries, keys, kv_len, shift, CAUSAL)), p_t, 0.0)
             dv += tl.dot(p_t.to(dtype), do, input_precision=PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             ds_t = p_t * (dp_t - delta[None, :])
@@ -312,13 +341,13 @@ def _backward_dkdv_kernel(
 
 @triton.jit
 def _backward_dq_kernel(
-    Q, K, V, DO, Lse, Delta, Cos, Sin, DQ, TQ, TK, TV, TDO, TLse, TDelta, TDQ,
+    Q, K, V, DO, Lse, Delta, Cos, Sin, DQ, TQ, TK, TV, TDO, TLse, TDelta, TDQ, Mask, KeyLen,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_on,
+    stride_ob, stride_oh, stride_on, stride_mb, stride_mh, stride_mm, stride_mn,
     n_q, n_k, n_heads, group_size, scale,
     D: tl.constexpr, DV: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, R: tl.constexpr,
-    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, TANGENT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head). dQ_rot = sum_keys ds k_rot scale, then RoPE^T.
 
@@ -353,17 +382,22 @@ def _backward_dq_kernel(
         t_delta = tl.load(TDelta + bh * n_q + queries, mask=queries < n_q, other=0.0)
         t_dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
 
-    hi = n_k
+    kv_len = n_k
+    if HAS_LENGTHS:
+        kv_len = tl.load(KeyLen + b)
+    hi = kv_len
     if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, n_k)
+        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, kv_len)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
         k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
         v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
         v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if HAS_MASK:
+            s += _mask_tile(Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
         p = tl.exp2(s - lse[:, None] * LOG2E)
-        p = tl.where(_visible(queries, keys, n_k, shift, CAUSAL), p, 0.0)
+        p = tl.where(_visible(queries, keys, kv_len, shift, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
@@ -433,10 +467,15 @@ TILES_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
 }
 
 
-def tiles(kind: str, width: int, dtype_bytes: int = 2) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of kernel `kind` for head width `width` (16 to 256)."""
+def tiles(kind: str, width: int, dtype_bytes: int = 2, masked: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of kernel `kind` for head width `width` (16 to 256).
+
+    With a mask (``masked``) each stage also holds a float32 mask tile: one pipeline stage fewer.
+    """
     limit = next(w for w in sorted(TILES[kind]) if width <= w)
     block_m, block_n, warps, stages = (TILES_FP32 if dtype_bytes == 4 else TILES)[kind][limit]
+    if masked:
+        stages = max(1, stages - 1)
     if _hooks.block is not None:
         block_m, block_n = _hooks.block
     return block_m, block_n, warps, stages
@@ -454,9 +493,9 @@ def _precision(dtype: torch.dtype) -> str | None:
     return "ieee" if dtype == torch.float32 else None
 
 
-def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSettings) -> dict:
+def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSettings, masked: bool = False) -> dict:
     d, dv = q.shape[-1], v.shape[-1]
-    block_m, block_n, warps, stages = tiles(kind, max(d, dv), q.element_size())
+    block_m, block_n, warps, stages = tiles(kind, max(d, dv), q.element_size(), masked)
     return dict(
         D=d, DV=dv, D_PAD=max(16, triton.next_power_of_2(d)), DV_PAD=max(16, triton.next_power_of_2(dv)),
         R=settings.rope_dims, CAUSAL=settings.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
@@ -464,13 +503,26 @@ def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSett
     )
 
 
+def _mask_args(mask: torch.Tensor | None, lengths: torch.Tensor | None, placeholder: torch.Tensor) -> tuple[list, dict]:
+    """The mask and key-length pointers, the mask's four strides, and their flags, for any of the kernels.
+
+    ``mask`` is an additive float32 tensor broadcast (stride 0) to (B, H, N_q, N_k); ``lengths`` int32 (B, 1).
+    """
+    strides = list(mask.stride()) if mask is not None else [0, 0, 0, 0]
+    pointers = [mask if mask is not None else placeholder, lengths if lengths is not None else placeholder]
+    return pointers + strides, dict(HAS_MASK=mask is not None, HAS_LENGTHS=lengths is not None)
+
+
 def forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, settings: CallSettings,
     tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(out, lse, tangent_out, tangent_lse): out (B, H, N, DV), lse (B, H, N) float32; the tangents if given.
 
     tangent_lse is the lse's tangent from the scores alone (a sink's own tangent is the caller's to add).
+    ``mask`` (additive, float32, (B, H, N_q, N_k) with stride-0 broadcasts) and ``lengths`` (int32 (B, 1):
+    the keys each batch row has) hide key positions; a row left with no key and no sink gets out = 0.
     """
     batch, heads, n, _ = q.shape
     kv_heads, n_k, dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -480,14 +532,16 @@ def forward(
     t_lse = _new((batch, heads, n), q, torch.float32) if tangents is not None else None
     tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
     cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
-    args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings)
+    args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings, mask is not None)
     grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
+    masking, flags = _mask_args(mask, lengths, lse)
+    pointers, mask_strides = masking[:2], masking[2:]
     _forward_kernel[grid](
         q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
-        t_out if t_out is not None else out, lse, t_lse if t_lse is not None else lse,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        t_out if t_out is not None else out, lse, t_lse if t_lse is not None else lse, *pointers,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *mask_strides,
         n, n_k, heads, heads // kv_heads, settings.scale,
-        HAS_SINK=sink is not None, TANGENT=tangents is not None, **args,
+        HAS_SINK=sink is not None, TANGENT=tangents is not None, **flags, **args,
     )
     return out, lse, t_out, t_lse
 
@@ -498,6 +552,7 @@ BackwardTangents = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
 def backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
     d_out: torch.Tensor, settings: CallSettings, tangents: BackwardTangents | None = None,
+    mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs.
 
@@ -518,19 +573,21 @@ def backward(
         tq, tk, tv, t_dout, t_lse, t_delta, t_dq, t_dk, t_dv = q, k, v, d_out, lse, delta, dq, dk, dv
     cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
     # dq, dk, dv and their tangents are written with the strides of q, k, v: the caller passes contiguous inputs.
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3])
+    masking, flags = _mask_args(mask, lengths, lse)
+    pointers, mask_strides = masking[:2], masking[2:]
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3], *mask_strides)
     second = tangents is not None
-    args = _shared_args("dkdv_tangent" if second else "dkdv", q, v, settings)
+    args = _shared_args("dkdv_tangent" if second else "dkdv", q, v, settings, mask is not None)
     grid_kv = (triton.cdiv(n_k, args["BLOCK_N"]), batch * kv_heads)
     _backward_dkdv_kernel[grid_kv](
-        q, k, v, d_out, lse, delta, cos, sin, dk, dv, tq, tk, tv, t_dout, t_lse, t_delta, t_dk, t_dv, *strides,
-        n, n_k, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
+        q, k, v, d_out, lse, delta, cos, sin, dk, dv, tq, tk, tv, t_dout, t_lse, t_delta, t_dk, t_dv, *pointers,
+        *strides, n, n_k, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **flags, **args,
     )
-    args = _shared_args("dq_tangent" if second else "dq", q, v, settings)
+    args = _shared_args("dq_tangent" if second else "dq", q, v, settings, mask is not None)
     grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
     _backward_dq_kernel[grid_q](
-        q, k, v, d_out, lse, delta, cos, sin, dq, tq, tk, tv, t_dout, t_lse, t_delta, t_dq, *strides,
-        n, n_k, heads, heads // kv_heads, settings.scale, TANGENT=second, **args,
+        q, k, v, d_out, lse, delta, cos, sin, dq, tq, tk, tv, t_dout, t_lse, t_delta, t_dq, *pointers,
+        *strides, n, n_k, heads, heads // kv_heads, settings.scale, TANGENT=second, **flags, **args,
     )
     if second:
         return dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta

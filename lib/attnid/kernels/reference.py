@@ -14,11 +14,15 @@ from ..rope import apply_rope
 
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, rope_dims: int, rope_base: float,
-    sink: torch.Tensor | None, scale: float,
+    sink: torch.Tensor | None, scale: float, mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """softmax(rope(q) rope(k)^T scale [+ sink in the denominator]) v, head h reading k/v head h // (H/G).
+    """softmax(rope(q) rope(k)^T scale [+ mask] [+ sink in the denominator]) v, head h reading k/v head h // (H/G).
 
-    Half-precision inputs are computed in float32 and the result cast back; float32 and float64 stay as they are.
+    ``mask`` is boolean (True: the pair takes part) or additive, broadcasting to (B, H, N_q, N_k);
+    ``key_lengths`` (B, 1) or (B,) hides the keys j >= key_lengths[b]. A row with no visible key and no
+    sink gives zeros. Half-precision inputs are computed in float32 and the result cast back; float32 and
+    float64 stay as they are.
     """
     batch, heads, n, d = q.shape
     kv_heads, n_k, dtype = k.shape[1], k.shape[2], q.dtype
@@ -36,8 +40,23 @@ def reference_attention(
     if causal and shift:  # the mask aligned to the end: key j is hidden from query i when j > i + shift
         hidden = torch.ones(n, n_k, dtype=torch.bool, device=q.device).triu(1 + shift)
         scores = scores.masked_fill(hidden, float("-inf"))
+    if mask is not None:  # (B, H, N_q, N_k) -> (B, G, H/G, N_q, N_k), like the scores
+        full = mask.expand(batch, heads, n, n_k).reshape(batch, kv_heads, heads // kv_heads, n, n_k)
+        scores = scores.masked_fill(~full, float("-inf")) if full.dtype == torch.bool else scores + full.to(work)
+    if key_lengths is not None:
+        padded = torch.arange(n_k, device=q.device) >= key_lengths.reshape(batch, 1, 1, 1, 1).to(q.device)
+        scores = scores.masked_fill(padded, float("-inf"))
+    empty = None
+    if sink is None and (mask is not None or key_lengths is not None):
+        visible_any = ~torch.isneginf(scores)
+        if causal and not shift:
+            visible_any = visible_any & ~torch.ones(n, n_k, dtype=torch.bool, device=q.device).triu(1)
+        empty = ~visible_any.any(-1, keepdim=True)  # a row that sees nothing: zeros, and no NaN in its gradient
+        scores = scores.masked_fill(empty, 0.0)
     logits = None if sink is None else sink.to(work).reshape(kv_heads, heads // kv_heads)
     weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal and not shift,
                                 sink=logits)
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)
     out = weights @ v[:, :, None]
     return out.reshape(batch, heads, n, v.shape[-1]).to(dtype)
