@@ -148,27 +148,27 @@ def test_source_and_parameter_changes_make_data_stale(tmp_path: Path) -> None:
     assert any("differs from the bytes" in r for r in stale_reasons(record, root))
 
 
-def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
-    # A fresh process that imports attnid.counts (and so the package's core, which `import attnid` loads)
-    # before writing, but none of the census, the kernels or the training code.
+def _dependencies_written_after(imports: str, tmp_path: Path) -> dict:
+    """depends_on of a data file that a fresh process writes after ``imports``."""
     root = _book(tmp_path)
-    script = ("import attnid.counts\nfrom attnbook.provenance import write_csv\n"
+    script = (f"{imports}\nfrom attnbook.provenance import write_csv\n"
               f"write_csv('t.csv', ['a'], [(1,)], notebook='chapters/n.ipynb', parameters={{}}, device='cpu',"
               f" root=__import__('pathlib').Path({str(root)!r}))\n")
     subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
-    deps = json.loads((root / "data" / ("t.csv" + SIDECAR_SUFFIX)).read_text())["depends_on"]
+    return json.loads((root / "data" / ("t.csv" + SIDECAR_SUFFIX)).read_text())["depends_on"]
+
+
+def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
+    # A fresh process that imports attnid.counts (and so the package's core, which `import attnid` loads)
+    # before writing, but none of the census, the kernels or the training code.
+    deps = _dependencies_written_after("import attnid.counts", tmp_path)
     assert {"attnid/counts.py", "attnid/spec.py", "attnid/normalise.py", "attnbook/provenance.py"} <= set(deps)
     assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/training.py"} & set(deps)
 
 
 def test_a_module_that_affects_no_data_is_not_a_dependency(tmp_path: Path) -> None:
     # attnbook.style draws figures only (AFFECTS_DATA = False): loading it must not tie data files to it.
-    root = _book(tmp_path)
-    script = ("import attnid.counts, attnbook.style\nfrom attnbook.provenance import write_csv\n"
-              f"write_csv('t.csv', ['a'], [(1,)], notebook='chapters/n.ipynb', parameters={{}}, device='cpu',"
-              f" root=__import__('pathlib').Path({str(root)!r}))\n")
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
-    deps = json.loads((root / "data" / ("t.csv" + SIDECAR_SUFFIX)).read_text())["depends_on"]
+    deps = _dependencies_written_after("import attnid.counts, attnbook.style", tmp_path)
     assert "attnid/counts.py" in deps and "attnbook/style.py" not in deps
 
 

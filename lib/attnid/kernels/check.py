@@ -147,3 +147,37 @@ def case_errors(case: Case, gen: torch.Generator, *, batch: int = 2, device: tor
         (f64["q"], f64["k"], f64["v"]), (t64["q"], t64["k"], t64["v"]))
     errors["attention_jvp"] = scaled_error(one_pass, ref_pass)
     return errors
+
+
+def variant_errors(gen: torch.Generator, *, device: torch.device | str = "cpu", poison: bool = True,
+                   tile: int | None = CHECK_TILE) -> dict[str, dict[str, float]]:
+    """Scaled errors (float32 kernels against float64) of the calls beyond a square attention, per variant:
+    fewer queries than keys (causal, RoPE, aligned to the end), more queries than keys (no mask), a boolean
+    mask with a row that sees nothing, an additive mask per head, and a key padding mask with a sink; for
+    each the output, the gradients of q, k, v, the forward-mode tangent and the Hessian-vector products."""
+    b, h, g, d = 2, 4, 2, 16
+    shapes = {"N_q < N_k, causal, RoPE": (5, 21), "N_q > N_k": (19, 7), "boolean mask, an empty row": (7, 13),
+              "additive mask per head, causal": (7, 13), "key padding, sink": (7, 13)}
+    results = {}
+    for name, (nq, nk) in shapes.items():
+        q, k, v = (torch.randn(b, n_h, n, d, generator=gen) for n_h, n in ((h, nq), (g, nk), (g, nk)))
+        keep = torch.rand(b, 1, nq, nk, generator=gen) > 0.3
+        keep[0, 0, 1, :] = False
+        opts = {"N_q < N_k, causal, RoPE": dict(causal=True, rope_fraction=0.5), "N_q > N_k": {},
+                "boolean mask, an empty row": dict(mask=keep),
+                "additive mask per head, causal": dict(mask=torch.randn(1, h, nq, nk, generator=gen), causal=True),
+                "key padding, sink": dict(key_lengths=torch.tensor([nk, 4]), sink=torch.randn(h, generator=gen))}[name]
+        opts = {key: val.to(device) if isinstance(val, torch.Tensor) else val for key, val in opts.items()}
+        wide = {key: val.double() if isinstance(val, torch.Tensor) and val.dtype.is_floating_point else val
+                for key, val in opts.items()}
+        x = {"q": q.to(device), "k": k.to(device), "v": v.to(device)}
+        t = {key: torch.randn(val.shape, generator=gen).to(device) for key, val in x.items()}
+        cot = torch.randn(b, h, nq, d, generator=gen).to(device)
+        kernel_fn = lambda *a: attention(*a, backend="triton", **opts)
+        reference_fn = lambda *a: attention(*a, backend="reference", **wide)
+        with flash.check_hooks(poison=poison, block=(tile, tile) if tile else None):
+            got = evaluate(kernel_fn, x, t, cot, second_order=True)
+        want = evaluate(reference_fn, {key: val.double() for key, val in x.items()},
+                        {key: val.double() for key, val in t.items()}, cot.double(), second_order=True)
+        results[name] = {key: scaled_error(got[key], ref) for key, ref in want.items()}
+    return results
