@@ -6,7 +6,9 @@
    sequence lengths N = 1 and lengths that are no multiple of any tile (CORRECTNESS_TOKENS).
    Each case is one Triton compilation of every kernel (the options are compile-time
    constants), so the full product, 324 cases (--full), costs about a thousand compilations.
-   The default is a covering design of 54: for every dtype and width, all six RoPE x sink
+   The default is a covering design of 54, plus one case per dtype and width beyond the square
+   attention (N_k = N_q + 37 keys under the causal mask aligned to the end, as in decoding, and a key
+   padding mask on the last batch row): 63. The 54: for every dtype and width, all six RoPE x sink
    settings, with causal, the GQA ratio and the length rotated among them so that each dtype
    and width meets both causal settings, all three ratios and all four lengths, and each
    ratio x causal pair occurs with every RoPE setting somewhere. Per case, for the forward output, the
@@ -21,7 +23,8 @@
    in the same dtype, against the same reference. The floor is what no implementation can be
    asked to beat: rounding the result to the dtype (unit roundoff u), plus float32 accumulation
    over the m = D * N * H/G products that reach one output element (a key's dK gathers D-long
-   dot products over the N queries of each of its group's H/G heads), at the sqrt(m) * u32
+   dot products over the N queries of each of its group's H/G heads; three times as many for a
+   Hessian-vector product, whose tangent of dS has three products per pair), at the sqrt(m) * u32
    growth of the probabilistic rounding-error analysis of Higham and Mary (2019) (u32 = 2^-24),
    measured against 1 + max|reference| because the inputs are of order one and the
    intermediate sums (dO.v, q.k) can be far larger than a result they cancel into. PyTorch beats
@@ -88,7 +91,8 @@ UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 RULE_FACTOR = 2.0
 TARGET_SECONDS = 480  # the issue's budget for the whole command on an H100/H200 (not yet measured)
 HEADER = ["dtype", "head_dim", "heads", "kv_heads", "tokens", "causal", "rope_fraction", "sink", "quantity",
-          "err_attnid", "err_pytorch", "floor", "bound", "ok"]
+          "err_attnid", "err_pytorch", "floor", "bound", "key_tokens", "padded", "ok"]
+BEYOND_KEYS = 37  # the extra case of each cell: N_k = N_q + 37 keys (decoding), the last batch row padded
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,12 @@ class Case:
     causal: bool
     rope_fraction: float
     sink: bool
+    key_tokens: int = 0  # N_k; 0: the same as tokens (N_q)
+    padded: bool = False  # a key padding mask: the last batch row sees only N_k // 2 + 1 keys
+
+    @property
+    def keys(self) -> int:
+        return self.key_tokens or self.tokens
 
 
 def correctness_cases(smoke: bool, full: bool = False) -> list[Case]:
@@ -120,8 +130,12 @@ def correctness_cases(smoke: bool, full: bool = False) -> list[Case]:
             turn = i + cell  # rotates causal, the ratio and the length from one cell to the next
             cases.append(Case(dt, d, heads, heads // ratios[(i // 2 + cell) % len(ratios)], tokens[turn % len(tokens)],
                               bool(turn % 2), rope, sink))
+        # beyond the square: fewer queries than keys under a causal mask (decoding), with a key padding mask
+        n_q = tokens[cell % len(tokens)]
+        cases.append(Case(dt, d, heads, heads // ratios[cell % len(ratios)], n_q, True, ROPE_FRACTIONS[cell % 3],
+                          bool(cell % 2), n_q + BEYOND_KEYS, True))
     if smoke:  # a spread-out subset of the one cell: every length, both causal settings, RoPE and sink on and off
-        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES]
+        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + [cases[-1]]
     return cases
 
 
@@ -231,8 +245,9 @@ def check_case(case: Case, smoke: bool) -> list[list]:
     def draw(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64).to(device)
 
-    exact = {"q": draw(b, h, n, d), "k": draw(b, g, n, d), "v": draw(b, g, n, d)}
-    tangent = {"q": draw(b, h, n, d), "k": draw(b, g, n, d), "v": draw(b, g, n, d)}
+    nk = case.keys
+    exact = {"q": draw(b, h, n, d), "k": draw(b, g, nk, d), "v": draw(b, g, nk, d)}
+    tangent = {"q": draw(b, h, n, d), "k": draw(b, g, nk, d), "v": draw(b, g, nk, d)}
     if case.sink:
         exact["sink"], tangent["sink"] = draw(h), draw(h)
     cotangent = draw(b, h, n, d)
@@ -243,6 +258,8 @@ def check_case(case: Case, smoke: bool) -> list[list]:
     tangent = {k: x.to(dtype).double() for k, x in tangent.items()}
     names = list(exact)
     options = dict(causal=case.causal, rope_fraction=case.rope_fraction)
+    if case.padded:  # the last batch row sees only its first nk // 2 + 1 keys
+        options["key_lengths"] = torch.tensor([nk] * (b - 1) + [nk // 2 + 1], device=device)
 
     def ours(*xs: torch.Tensor) -> torch.Tensor:
         x = dict(zip(names, xs, strict=True))
@@ -273,15 +290,19 @@ def compare(case: Case, quantity: str, got, base, ref) -> list:
     """err(attnid) <= RULE_FACTOR * max(err(PyTorch), floor), all errors the largest absolute ones (module docstring)."""
     err_ours = (got.double() - ref).abs().max().item()
     err_base = (base.double() - ref).abs().max().item()
-    terms = case.head_dim * case.tokens * (case.heads // case.kv_heads)
+    terms = case.head_dim * max(case.tokens, case.keys) * (case.heads // case.kv_heads)
+    if quantity.startswith("hvp_"):  # the second order sums three products per key (d(ds), ds and dP tangents)
+        terms *= 3
     floor = (UNIT_ROUNDOFF[case.dtype] + math.sqrt(terms) * UNIT_ROUNDOFF["fp32"]) * (1 + ref.abs().max().item())
     bound = RULE_FACTOR * max(err_base, floor)
     ok = math.isfinite(err_ours) and err_ours <= bound
     return [case.dtype, case.head_dim, case.heads, case.kv_heads, case.tokens, case.causal, case.rope_fraction,
-            case.sink, quantity, f"{err_ours:.3e}", f"{err_base:.3e}", f"{floor:.3e}", f"{bound:.3e}", ok]
+            case.sink, quantity, f"{err_ours:.3e}", f"{err_base:.3e}", f"{floor:.3e}", f"{bound:.3e}", case.keys,
+            case.padded, ok]
 
 
-def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope_base: float = 10000.0):
+def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope_base: float = 10000.0,
+                      key_lengths=None):
     """PyTorch's attention in the dtype of q: RoPE (float32, then cast), repeated key/value heads, SDPA.
 
     The sink enters as one more key whose score is the sink logit (a zero key plus that logit as an
@@ -290,20 +311,28 @@ def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope
     import torch
     import torch.nn.functional as F
 
-    from attnid.normalise import additive_mask, causal_mask
+    from attnid.normalise import additive_mask
     from attnid.rope import apply_rope
 
-    dtype, (b, h, n, d), g = q.dtype, q.shape, k.shape[1]
-    rope_dims = round(rope_fraction * d)
-    q = apply_rope(q.float(), rope_dims, rope_base).to(dtype)
+    dtype, (b, h, n, d), g, nk = q.dtype, q.shape, k.shape[1], k.shape[2]
+    rope_dims, shift = round(rope_fraction * d), nk - n  # queries aligned to the end of the keys
+    front = q.new_zeros(b, h, shift, d)  # RoPE at positions shift..nk-1: rotate behind a zero front, drop it
+    q = apply_rope(torch.cat([front, q], dim=2).float(), rope_dims, rope_base)[:, :, shift:].to(dtype)
     k = apply_rope(k.float(), rope_dims, rope_base).to(dtype)
     k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
-    if sink is None:
+    if sink is None and not shift and key_lengths is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    hidden = torch.zeros(b, 1, n, nk, dtype=torch.bool, device=q.device)
+    if causal:  # SDPA's is_causal aligns to the start; the kernels' mask is aligned to the end
+        hidden = hidden | torch.ones(n, nk, dtype=torch.bool, device=q.device).triu(1 + shift)
+    if key_lengths is not None:
+        hidden = hidden | (torch.arange(nk, device=q.device) >= key_lengths.reshape(b, 1, 1, 1))
+    scores_mask = additive_mask(hidden, dtype).expand(b, h, n, nk)
+    if sink is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask)
     k = torch.cat([k, k.new_zeros(b, h, 1, d)], dim=2)
     v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=2)
-    scores_mask = additive_mask(causal_mask(n, q.device), dtype) if causal else q.new_zeros(n, n)
-    mask = torch.cat([scores_mask.expand(1, h, n, n), sink.to(dtype)[None, :, None, None].expand(1, h, n, 1)], dim=-1)
+    mask = torch.cat([scores_mask, sink.to(dtype)[None, :, None, None].expand(b, h, n, 1)], dim=-1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -321,7 +350,7 @@ def print_correctness(rows: list[list]) -> None:
             print("FAILED:", dict(zip(HEADER, r, strict=True)))
 
 
-assert [f.name for f in fields(Case)] == HEADER[:8]
+assert [f.name for f in fields(Case)] == HEADER[:8] + HEADER[-3:-1]  # the CSV columns name the case fields
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -68,7 +68,11 @@ def test_the_gpu_cases_cover_every_setting() -> None:
     combos = {(c.dtype, c.head_dim, c.heads // c.kv_heads, c.causal, c.rope_fraction, c.sink) for c in full}
     assert len(full) == len(combos) == 3 * 3 * 3 * 2 * 3 * 2
     cases = gpu.correctness_cases(smoke=False)
-    assert len(cases) == len(set(cases)) == 54
+    assert len(cases) == len(set(cases)) == 54 + 9  # the covering design, and one case beyond the square per cell
+    beyond = [c for c in cases if c.key_tokens]
+    assert len(beyond) == 9 and all(c.keys > c.tokens and c.causal and c.padded for c in beyond)
+    assert {(c.dtype, c.head_dim) for c in beyond} == {(d, w) for d in ("bf16", "fp16", "fp32") for w in (64, 128, 256)}
+    cases = [c for c in cases if not c.key_tokens]
     for dtype in ("bf16", "fp16", "fp32"):
         for width in (64, 128, 256):
             cell = [c for c in cases if (c.dtype, c.head_dim) == (dtype, width)]
@@ -109,6 +113,7 @@ def test_smoke_run_checks_every_quantity_and_benchmarks_outside_data() -> None:
     assert {r["quantity"] for r in rows} == {"out", "dq", "dk", "dv", "dsink", "tangent",
                                               "hvp_q", "hvp_k", "hvp_v", "hvp_sink"}
     assert all(r["ok"] == "True" and float(r["err_attnid"]) <= float(r["bound"]) for r in rows)
+    assert any(int(r["key_tokens"]) > int(r["tokens"]) and r["padded"] == "True" for r in rows)  # beyond the square
     assert {r["causal"] for r in rows} == {"True", "False"} and {r["sink"] for r in rows} == {"True", "False"}
     assert {r["rope_fraction"] for r in rows} == {"0.0", "0.5", "1.0"} and "1" in {r["tokens"] for r in rows}
     seen = {(r["pass"], r["implementation"]) for r in csv.DictReader(attention.open())}
