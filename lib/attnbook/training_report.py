@@ -187,8 +187,12 @@ def share_figure(curve_table: Sequence[Row], runs: Mapping[Key, Sequence[Row]], 
 
     curves = group_by(curve_table, ("task", "layout", "optimiser", "gradient", "dtype"), order="step")
     levels = chance_levels(runs)
-    fig, axes = plt.subplots(1, len(levels), figsize=(12, 3.4), sharey=True)
-    for ax, (task, layout) in zip(axes, levels, strict=True):
+    rows = -(-len(levels) // 2)  # two panels a row: each wide enough to read in the column and on a phone
+    fig, grid = plt.subplots(rows, 2, figsize=(6.6, 2.7 * rows + 0.9), sharey=True, squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(levels):]:
+        ax.set_visible(False)
+    for ax, (task, layout) in zip(axes, levels):
         for i, opt in enumerate(optimisers):
             for gradient, style in (("loss", "-"), ("random", "--")):
                 rs = curves.get((task, layout, opt, gradient, "float64"), [])
@@ -201,11 +205,12 @@ def share_figure(curve_table: Sequence[Row], runs: Mapping[Key, Sequence[Row]], 
         ax.axhline(levels[task, layout].mean, color="k", lw=1, ls=":", label="chance (isotropic)")
         ax.set_title(f"{task}\n{layout}", fontsize=8)
         ax.set_xlabel("step")
-    axes[0].set_ylabel("invisible share of the update")
+    for ax in grid[:, 0]:
+        ax.set_ylabel("invisible share")
     axes[0].set_ylim(0, 0.65)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.12))
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.8 / (2.7 * rows + 0.9), 1, 1))  # the bottom 0.8 in for the legend
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3)
     return fig
 
 
@@ -421,7 +426,7 @@ def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequ
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
     mid, rates, decay = kp["ADAM_RATES"][len(kp["ADAM_RATES"]) // 2], kp["ADAM_RATES"], kp["KEY_BIAS_DECAY"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.2))  # stacked, legends under the data they describe
     shown = [kb_setting("sgd", kp["SGD_LR"], decay), kb_setting("adamw", mid, decay), kb_setting("adam", mid),
              kb_setting("adam", kp["L2_ADAM_LR"], decay), kb_setting("sgd", kp["SGD_LR"], sink=True)]
     for i, name in enumerate(shown):
@@ -436,7 +441,7 @@ def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequ
     axes[0].plot([], [], "k:", lw=1, label="$(1 - \\eta\\lambda)^t$")
     axes[0].plot([], [], "k--", lw=1, label="float32 (solid: float64)")
     axes[0].set(xlabel="step", ylabel="$\\|b_K(t)\\| / \\|b_K(0)\\|$", title="norm of the key bias (median, min-max band)")
-    axes[0].legend(fontsize=6, loc="lower left")
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2)
     for j, (optimiser, marker) in enumerate((("adam", "o"), ("adamw", "s"))):
         for k, dtype in enumerate(("float64", "float32")):
             for lr in rates:
@@ -451,7 +456,7 @@ def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequ
     axes[1].minorticks_off()
     axes[1].set(xlabel="learning rate", ylabel="$|b_K(T) - $predicted$| / (\\sqrt{n}\\, \\eta T)$",
                 title="drift of the dead key bias, one point per seed")
-    axes[1].legend(fontsize=6, loc="center right")
+    axes[1].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2)
     for ax in axes:
         ax.title.set_fontsize(9)
     fig.tight_layout()
