@@ -1,0 +1,206 @@
+"""The invariant directions of an attention layer inside a model: its orbit plus what the model adds.
+
+The orbit of ``attnid.symmetry`` moves the layer's parameters without changing the layer's
+function on *any* input. Inside a model the layer sees only some inputs, and only some of its
+outputs reach the loss, so more moves are invisible to the model:
+
+* **input side.** If every input row x the layer reads lies in a subspace S of R^d, then
+  W -> W + n a^T with n orthogonal to S changes nothing of x W, for W = W_Q, W_K, W_V (every
+  head or group, every column). A mean-subtracting layer norm (LayerNorm, with or without a gain
+  that is then folded in, no shift) puts every input in 1^perp: n = 1 / sqrt(d), exactly, at
+  every point (``mean_direction``). Inputs drawn from a vocabulary of V < d fixed embeddings
+  span at most V dimensions: n runs over the complement of the embeddings' row space, measured
+  at the point with the book's rank rule (``complement``).
+* **output side.** If every use of the residual stream downstream is blind to a subspace R
+  (every later read goes through a mean-subtracting norm: R = span(1); or the readout U and a
+  shift-invariant loss such as softmax cross-entropy: R = {v : U^T v is a multiple of 1}), then
+  W_O -> W_O + a n^T and b_O -> b_O + n with n in R change nothing the model computes.
+
+* **affine inputs.** If moreover every input satisfies x . a = 1 for one vector a (the inputs lie
+  on an affine hyperplane missing the origin: V linearly independent embeddings), then x W gains
+  a constant part through a: every bias coordinate trades with its weight (W + a e_c^T, b - e_c),
+  and W_K, W_V carry the biases the layer may not have: under a
+  softmax without a sink, W_K^g + a e_c^T on an unrotated coordinate c shifts every score of a
+  row alike (the dead key bias), and W_V^g + a u^T adds the constant u W_O^h to each head's
+  output, invisible when b_O takes it back or when the sum over the groups lies in the output
+  null space (``affine_directions``; ``affine_normal`` finds a).
+
+``input_output_directions`` returns the linear moves labelled 'input/W_Q', 'input/W_K', 'input/W_V',
+'output/W_O', 'output/b_O' in the layer's parameter layout; ``model_directions`` adds them to the
+orbit's labelled directions; ``model_shares`` measures an update against the whole span.
+Each move is exact (a proof in one line, above); which subspaces a model has is the model's to
+say (``attnid.textmodel.invariant_subspaces``), and the tests check every claim against the rank
+of the model's Jacobian at random points. Moves that mix parameters of the layer with parameters
+outside it (a norm gain traded against the rows of W_Q, W_K, W_V, an embedding against W_Q) are
+not directions of the layer's parameters and are counted by the model (``textmodel``), not here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import symmetry as sym
+from .jacobian import flatten
+from .rank import DEFAULT_ZERO_TOL, numerical_rank
+from .spec import AttentionSpec, Params
+from .training import invisible_shares
+
+INPUT_WEIGHTS = ("W_Q", "W_K", "W_V")  # (heads or groups, d, columns): the input index is the middle one
+MODEL_KINDS = ("input", "output", "affine")
+
+
+def mean_direction(d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """(d, 1): the unit vector 1 / sqrt(d), all a mean-subtracting norm's output is orthogonal to."""
+    if d < 1:
+        raise ValueError(f"d must be positive, got {d}")
+    return torch.full((d, 1), d**-0.5, dtype=dtype)
+
+
+def complement(rows: torch.Tensor, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """(d, d - r): an orthonormal basis of the vectors orthogonal to every row of ``rows`` (m, d), r its numerical rank."""
+    if rows.ndim != 2:
+        raise ValueError(f"rows must be a matrix (m, d), got shape {tuple(rows.shape)}")
+    _, s, vh = torch.linalg.svd(rows.double(), full_matrices=True)
+    return vh[numerical_rank(s, rel_tol):].T.contiguous()
+
+
+def blind_readout(readout: torch.Tensor, shift_invariant: bool = True, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """(d, k): a basis of the residual directions v a readout U (d, vocab) cannot see: U^T v = 0, or U^T v = c 1 with a shift-invariant loss."""
+    if readout.ndim != 2:
+        raise ValueError(f"readout must be a matrix (d, vocab), got shape {tuple(readout.shape)}")
+    u = readout.double()
+    if shift_invariant:  # logits up to a constant: project the constant out of every row of U^T v
+        u = u - u.mean(dim=1, keepdim=True)
+    return complement(u.T, rel_tol)
+
+
+def _check_basis(basis: torch.Tensor | None, d: int, what: str) -> torch.Tensor:
+    if basis is None:
+        return torch.zeros(d, 0, dtype=torch.float64)
+    if basis.ndim != 2 or basis.shape[0] != d:
+        raise ValueError(f"the {what} basis must have shape (d_model={d}, k), got {tuple(basis.shape)}")
+    return basis
+
+
+def input_output_directions(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
+                            output_null: torch.Tensor | None = None) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """The moves W + n a^T (n in ``input_null``, W in W_Q, W_K, W_V) and W_O + a n^T, b_O + n (n in ``output_null``).
+
+    ``input_null``, ``output_null``: (d_model, k) bases (None: no such direction). One direction per
+    basis vector, matrix slice and column (or row of W_O), each with a single non-zero slice.
+    """
+    inputs = _check_basis(input_null, spec.d_model, "input").to(params["W_Q"])
+    outputs = _check_basis(output_null, spec.d_model, "output").to(params["W_Q"])
+    directions: list[tuple[str, dict[str, torch.Tensor]]] = []
+    for name in INPUT_WEIGHTS:
+        slices, _, columns = params[name].shape
+        for n in inputs.T:
+            for s in range(slices):
+                for c in range(columns):
+                    d = {k: torch.zeros_like(p) for k, p in params.items()}
+                    d[name][s, :, c] = n
+                    directions.append((f"input/{name}", d))
+    heads, rows, _ = params["W_O"].shape
+    for n in outputs.T:
+        for h in range(heads):
+            for r in range(rows):
+                d = {k: torch.zeros_like(p) for k, p in params.items()}
+                d["W_O"][h, r] = n
+                directions.append(("output/W_O", d))
+        if "b_O" in params:
+            d = {k: torch.zeros_like(p) for k, p in params.items()}
+            d["b_O"] = n.clone()
+            directions.append(("output/b_O", d))
+    return directions
+
+
+def affine_normal(rows: torch.Tensor, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor | None:
+    """A vector a with rows @ a = 1 for every row of ``rows`` (m, d), when one exists (rank rule), else None."""
+    if rows.ndim != 2:
+        raise ValueError(f"rows must be a matrix (m, d), got shape {tuple(rows.shape)}")
+    x = rows.double()
+    ones = torch.ones(x.shape[0], 1, dtype=x.dtype)
+    rank = numerical_rank(torch.linalg.svdvals(x), rel_tol)
+    if numerical_rank(torch.linalg.svdvals(torch.cat([x, ones], dim=1)), rel_tol) > rank:
+        return None
+    return torch.linalg.pinv(x) @ ones[:, 0]
+
+
+def affine_directions(params: Params, spec: AttentionSpec, normal: torch.Tensor | None,
+                      output_null: torch.Tensor | None = None) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """With x . a = 1 on every input (a = ``normal``): the 'affine/...' moves (module docstring); none when ``normal`` is None.
+
+    'affine/bias': W + a e_c^T with b - e_c, for every coordinate of b_Q, b_K, b_V the layout has (any layout).
+    'affine/key_bias' and 'affine/value_bias': only under softmax without a sink or a QK-norm (``spec.shift_invariant``).
+    """
+    if normal is None:
+        return []
+    a = normal.to(params["W_Q"]).reshape(-1)
+    if a.numel() != spec.d_model:
+        raise ValueError(f"the affine normal must have d_model={spec.d_model} entries, got {a.numel()}")
+    directions: list[tuple[str, dict[str, torch.Tensor]]] = []
+    for weight, bias in (("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V")):  # x W + b: a bias coordinate traded with W
+        if bias not in params:
+            continue
+        slices, _, columns = params[weight].shape
+        for s in range(slices):
+            for c in range(columns):
+                d = {k: torch.zeros_like(p) for k, p in params.items()}
+                d[weight][s, :, c], d[bias][s, c] = a, -1.0
+                directions.append(("affine/bias", d))
+    if not spec.shift_invariant or spec.has_qk_norm:
+        return directions
+    groups = [[h for h in range(spec.heads) if spec.group_of_head(h) == g] for g in range(spec.kv_heads)]
+    for g in range(spec.kv_heads):
+        for c in range(spec.rope_dims, spec.head_dim):
+            d = {k: torch.zeros_like(p) for k, p in params.items()}
+            d["W_K"][g, :, c] = a
+            directions.append(("affine/key_bias", d))
+    sums = torch.cat([params["W_O"][heads].sum(0) for heads in groups])  # (G d_v, d): constant u -> u @ sums
+    if "b_O" in params:
+        trades = torch.eye(sums.shape[0]).to(sums)  # b_O takes any constant back
+    else:
+        visible = torch.eye(spec.d_model).to(sums) - (lambda o: o @ o.T)(_check_basis(output_null, spec.d_model, "output").to(sums))
+        trades = complement((sums @ visible).T)  # (G d_v, k): the constants the model cannot see
+    for u in trades.T:
+        d = {k: torch.zeros_like(p) for k, p in params.items()}
+        d["W_V"] = torch.einsum("d,gc->gdc", a, u.reshape(spec.kv_heads, spec.v_head_dim))
+        if "b_O" in params:
+            d["b_O"] = -(u @ sums)
+        directions.append(("affine/value_bias", d))
+    return directions
+
+
+def model_directions(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
+                     output_null: torch.Tensor | None = None,
+                     normal: torch.Tensor | None = None) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """The orbit's labelled tangent directions (``symmetry.labelled_tangent_directions``) and the model's moves."""
+    return (sym.labelled_tangent_directions(params, spec) + input_output_directions(params, spec, input_null, output_null)
+            + affine_directions(params, spec, normal, output_null))
+
+
+def model_dimensions(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
+                     output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, int]:
+    """u per part: 'orbit' (the layer's own), 'input', 'output', 'affine' (the model's moves alone) and 'model' (all)."""
+    labelled = model_directions(params, spec, input_null, output_null, normal)
+    groups = {"orbit": [d for label, d in labelled if label.split("/")[0] not in MODEL_KINDS],
+              **{kind: [d for label, d in labelled if label.split("/")[0] == kind] for kind in MODEL_KINDS},
+              "model": [d for _, d in labelled]}
+    return {key: sym.orthonormal_span(dirs, params).shape[1] for key, dirs in groups.items()}
+
+
+def model_shares(update: Params, params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
+                 output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, float]:
+    """``training.invisible_shares`` (the orbit: 'total' and its parts) plus the model's kinds present and 'model' (everything)."""
+    shares = invisible_shares(update, params, spec)
+    extra = input_output_directions(params, spec, input_null, output_null) + affine_directions(params, spec, normal, output_null)
+    u = flatten(update)
+    norm = u.norm()
+    spans = {kind: [d for label, d in extra if label.split("/")[0] == kind] for kind in MODEL_KINDS}
+    spans["model"] = [d for _, d in model_directions(params, spec, input_null, output_null, normal)]
+    for key, directions in spans.items():
+        if key != "model" and not directions:
+            continue
+        basis = sym.orthonormal_span(directions, params)
+        shares[key] = float((basis.T @ u).norm() / norm) if norm > 0 else 0.0
+    return shares

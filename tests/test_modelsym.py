@@ -1,0 +1,152 @@
+"""The model's invariant directions (attnid.modelsym, textmodel.invariant_subspaces) against the Jacobian's rank.
+
+Every claimed direction must leave the model's output unchanged, and together with the orbit they must
+account for the whole null space of the output's Jacobian with respect to the block's parameters at a
+random point: no direction claimed that is not there, none missing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import jacfwd
+
+from attnid import modelsym
+from attnid import textmodel as tm
+from attnid import training as T
+from attnid.jacobian import flatten
+from attnid.layer import forward
+from attnid.rank import numerical_rank
+from attnid.spec import AttentionSpec
+
+TINY = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6)
+TINY_MHA = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, bias="qk", seq_len=6)
+
+
+def _unflatten(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out, start = {}, 0
+    for name, p in like.items():
+        out[name] = flat[start : start + p.numel()].reshape(p.shape)
+        start += p.numel()
+    return out
+
+
+def _nullity(fn, block: dict[str, torch.Tensor]) -> int:
+    jac = jacfwd(lambda flat: fn(_unflatten(flat, block)).reshape(-1))(flatten(block))
+    return jac.shape[1] - numerical_rank(torch.linalg.svdvals(jac))
+
+
+def _text_outputs(spec: tm.TextModelSpec, params: dict[str, torch.Tensor], prefix: str, tokens: torch.Tensor):
+    """Log-probabilities as a function of the parameters whose names start with ``prefix``."""
+    def fn(block):
+        return torch.log_softmax(tm.logits(dict(params, **{prefix + n: p for n, p in block.items()}), tokens, spec), -1)
+    return fn
+
+
+def _block(params, prefix):
+    return {n.removeprefix(prefix): p for n, p in params.items() if n.startswith(prefix)}
+
+
+@pytest.mark.parametrize("spec", [TINY, TINY_MHA], ids=["gqa-rope-qkvo", "mha-qk"])
+@pytest.mark.parametrize("layer", [0, -1])
+def test_an_attention_layer_of_the_text_model_has_exactly_its_orbit_and_the_mean_directions(spec, layer) -> None:
+    layer %= spec.layers
+    params = tm.init_model(spec, torch.Generator().manual_seed(3), torch.float64)
+    tokens = torch.randint(0, tm.VOCAB, (16, spec.seq_len), generator=torch.Generator().manual_seed(4))  # enough to see every direction
+    prefix = tm.attention_prefix(layer)
+    attn = _block(params, prefix)
+    dims, P = tm.share_dimensions(attn, spec)
+    assert P == sum(p.numel() for p in attn.values())
+    assert dims["model"] > dims["total"]  # the model adds directions to the layer's orbit
+    assert dims["input"] == sum(attn[w].shape[0] * attn[w].shape[2] for w in modelsym.INPUT_WEIGHTS)
+    assert dims["output"] == spec.attention.heads * spec.attention.v_head_dim + ("b_O" in attn)
+    assert _nullity(_text_outputs(spec, params, prefix, tokens), attn) == dims["model"]
+
+
+def test_the_mlp_embedding_and_unembedding_counts_match_the_jacobian() -> None:
+    params = tm.init_model(TINY, torch.Generator().manual_seed(5), torch.float64)
+    tokens = torch.randint(0, tm.VOCAB, (12, TINY.seq_len), generator=torch.Generator().manual_seed(8))
+    expected = tm.outside_attention_dimensions(TINY)
+    for prefix, key in (("layer1.mlp.", "layer1.mlp"), ("unembed", "unembed")):
+        assert _nullity(_text_outputs(TINY, params, prefix, tokens), _block(params, prefix)) == expected[key], key
+    small = tokens[:8]  # the embedding: the rows of the bytes present, each with its one move along 1
+    embed = {"": params["embed"][small.unique()]}
+
+    def fn(block):
+        table = params["embed"].clone()
+        table[small.unique()] = block[""]
+        return torch.log_softmax(tm.logits(dict(params, embed=table), small, TINY), -1)
+
+    assert _nullity(fn, embed) == small.unique().numel()
+    assert expected["embed"] == tm.VOCAB
+
+
+def test_every_claimed_move_leaves_the_text_model_unchanged() -> None:
+    params = tm.init_model(TINY, torch.Generator().manual_seed(6), torch.float64)
+    tokens = torch.randint(0, tm.VOCAB, (3, TINY.seq_len), generator=torch.Generator().manual_seed(7))
+    attn = tm.layer_attention(params, 1)
+    base = torch.log_softmax(tm.logits(params, tokens, TINY), -1)
+    for label, d in modelsym.input_output_directions(attn, TINY.attention, *tm.invariant_subspaces(TINY)):
+        moved = dict(params, **{tm.attention_prefix(1) + n: attn[n] + 3.0 * d[n] for n in attn})
+        assert torch.allclose(torch.log_softmax(tm.logits(moved, tokens, TINY), -1), base, rtol=0, atol=1e-12), label
+
+
+def test_the_copy_task_adds_the_vocabulary_null_space_and_the_readout_null_space() -> None:
+    # d = 16 and a vocabulary of 8: the embeddings span 8 dimensions, the readout sees 8 of 16 (up to a shift)
+    spec = AttentionSpec.create(16, 2, causal=True, rope_fraction=1.0)
+    problem = T.copy_task(spec, seq_len=12, vocab=8, seed=0)
+    params = problem.init(0)
+    attn = T.attention_part(params)
+    input_null = modelsym.complement(params["embed"])
+    output_null = modelsym.blind_readout(params["unembed"])
+    normal = modelsym.affine_normal(params["embed"])  # 8 independent embeddings lie on a hyperplane x . a = 1
+    assert (input_null.shape[1], output_null.shape[1]) == (8, 9) and normal is not None
+    assert torch.allclose(params["embed"].double() @ normal, torch.ones(8, dtype=torch.float64))
+    dims = modelsym.model_dimensions(attn, spec, input_null, output_null, normal)
+    # without biases or unrotated coordinates, the affine moves are the heads' constant outputs that cancel: 2 d_v - 7
+    assert dims["affine"] == 2 * spec.v_head_dim - 7 and dims["model"] > dims["orbit"] + dims["input"] + dims["output"]
+    tokens = torch.randint(0, 8, (6, 12), generator=torch.Generator().manual_seed(1))
+
+    def fn(block):
+        h = params["embed"][tokens]
+        return torch.log_softmax((h + forward(block, h, spec)) @ params["unembed"], -1)
+
+    assert _nullity(fn, attn) == dims["model"] > dims["orbit"]
+    shares = modelsym.model_shares({n: torch.randn_like(p) for n, p in attn.items()}, attn, spec, input_null, output_null,
+                                   normal)
+    assert shares["model"] >= max(shares["total"], shares["input"], shares["output"], shares["affine"])
+
+
+def test_complement_and_readout_bases_and_bad_shapes() -> None:
+    rows = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
+    basis = modelsym.complement(rows)
+    assert basis.shape == (3, 2) and torch.allclose(rows.double() @ basis, torch.zeros(2, 2, dtype=torch.float64))
+    readout = torch.ones(3, 4, dtype=torch.float64)  # every logit the same linear function: blind up to a shift
+    assert modelsym.blind_readout(readout).shape == (3, 3)
+    assert modelsym.blind_readout(readout, shift_invariant=False).shape == (3, 2)
+    spec = AttentionSpec.create(4, 2)
+    attn = {n: p for n, p in tm.attention_init(spec, torch.Generator().manual_seed(0)).items()}
+    with pytest.raises(ValueError, match="input basis"):
+        modelsym.input_output_directions(attn, spec, torch.ones(3, 1))
+    with pytest.raises(ValueError, match="matrix"):
+        modelsym.complement(torch.ones(3))
+    with pytest.raises(ValueError, match="positive"):
+        modelsym.mean_direction(0)
+    assert modelsym.affine_normal(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) is None  # 0 = a1 + a2 - (a1 + a2) would need 1 = 2
+    assert modelsym.affine_normal(torch.tensor([[2.0, 0.0], [0.0, 4.0]])).tolist() == pytest.approx([0.5, 0.25])
+
+
+@pytest.mark.parametrize("bias", ["none", "qkvo"])
+def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agrees(bias) -> None:
+    # inputs on the hyperplane x . a = 1 in d = 8, two heads, RoPE on half: key shifts and value constants
+    spec = AttentionSpec.create(8, 2, rope_fraction=0.5, bias=bias)
+    attn = tm.attention_init(spec, torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(8, generator=gen, dtype=torch.float64)
+    x = torch.randn(40, 8, generator=gen, dtype=torch.float64)
+    x = x + ((1 - x @ a) / (a @ a))[:, None] * a  # project every row onto x . a = 1
+    x = x.reshape(5, 8, 8)
+    normal = modelsym.affine_normal(x.reshape(-1, 8))
+    dims = modelsym.model_dimensions(attn, spec, normal=normal)
+    assert dims["affine"] > 0
+    assert _nullity(lambda block: forward(block, x, spec), attn) == dims["model"]
