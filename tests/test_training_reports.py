@@ -148,3 +148,22 @@ def test_a_bootstrap_finding_names_its_interval():
     found = RT.Bootstrap(resamples=200).findings("x", [1.0, 2.0, 3.0])
     assert set(found) == {"x", "x-low", "x-high"} and found["x"] == 2.0
     assert found["x-low"] <= 2.0 <= found["x-high"]
+
+
+def _sweep_row(width: int, opt: str, lr: float, seed: int, share: float, diverged: str = "") -> dict:
+    return {"d_model": str(width), "optimiser": opt, "lr": str(lr), "seed": str(seed), "chance_rms": "0.5",
+            "median_share": str(share), "diverged_at": diverged}
+
+
+def test_the_rate_width_sweep_locates_each_stability_edge():
+    rows = [_sweep_row(8, "adam", lr, s, 0.25 * (1 + s), "3" if lr == 1.0 and s == 1 else "") for lr in (0.1, 0.5, 1.0, 2.0)
+            for s in range(2)]
+    rows += [_sweep_row(16, "adam", lr, s, 0.1) for lr in (0.1, 0.5, 1.0, 2.0) for s in range(2)]
+    cells = TR.sweep_cells(rows)
+    assert [c.diverged for c in cells[:4]] == [0, 0, 1, 0]
+    assert cells[0].ratios.tolist() == pytest.approx([0.5, 1.0])
+    # the edge is the first rate where a seed diverged, whatever happens above it
+    assert TR.stability_edges(cells) == {(8, "adam"): (0.5, 1.0), (16, "adam"): (2.0, None)}
+    found = TR.sweep_findings(cells)
+    assert found["sweep-edges-found"] == 1 and found["sweep-adam-min"] == pytest.approx(0.2)
+    assert "1 div." in TR.sweep_markdown(cells)

@@ -29,7 +29,8 @@ DEAD_LABELS = {"key_bias": "dead key bias", "input_mean": "mean directions of W_
                "output_mean": "mean directions of W_O, b_O"}
 OPTIMISERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "SGD with momentum"}
 RUN_FIELDS = ("STEPS", "LAYERS", "D_MODEL", "HEADS", "KV_HEADS", "SEQ_LEN", "BATCH", "LR", "WEIGHT_DECAY",
-              "BALANCE_EVERY", "SHARES_EVERY", "MEASURE_EVERY", "VAL_WINDOWS", "TIE_NATS")
+              "BALANCE_EVERY", "SHARES_EVERY", "MEASURE_EVERY", "VAL_WINDOWS", "TIE_NATS", "CONTROL_LR", "LONG_STEPS",
+              "LONG_EVAL_EVERY", "PLATEAU_WINDOW", "PLATEAU_NATS")
 
 Row = Mapping[str, str]
 
@@ -63,6 +64,9 @@ def setup_findings(corpus: Row, run: Mapping[str, Any], boot: Bootstrap) -> dict
         "rt-mbytes": int(corpus["bytes"]) / 1e6, "rt-val-mbytes": int(corpus["validation_bytes"]) / 1e6,
         "rt-sha": corpus["sha256"][:16], "rt-seeds": len(run["SEEDS"]), "rt-f64-seeds": run["FLOAT64_SEEDS"]}
     found |= {"rt-" + key.lower().replace("_", "-"): run[key] for key in RUN_FIELDS}
+    window_bytes = run["BATCH"] * run["SEQ_LEN"] / int(corpus["train_bytes"])  # one step's share of a pass
+    found |= {"rt-passes": run["STEPS"] * window_bytes, "rt-long-passes": run["LONG_STEPS"] * window_bytes,
+              "rt-control-optimiser": OPTIMISERS[run["CONTROL_OPTIMISER"]]}
     return found | {"rt-optimiser": OPTIMISERS[run["OPTIMISER"]],
                     "rt-rope-dims": int(run["ROPE_FRACTION"] * run["D_MODEL"] // run["HEADS"]),
                     "rt-head-dim": run["D_MODEL"] // run["HEADS"], "rt-level": round(100 * boot.level)}
@@ -131,6 +135,23 @@ def read_shares(table: Sequence[Row]) -> Shares:
     return sh
 
 
+def span_findings(sh: Shares, outside: Mapping[str, int]) -> dict[str, Any]:
+    """The dimensions the model cannot see per attention layer (orbit, mean directions, all) and outside attention."""
+    dims, p = sh.orbit_dim, sh.parameters
+    return ({f"rt-u-{k.replace('_', '-')}": u for k, u in dims.items()} | {"rt-p": p}
+            | {"rt-chance-orbit": (dims["total"] / p) ** 0.5, "rt-chance-model": (dims["model"] / p) ** 0.5,
+               "rt-outside-total": sum(outside.values())})
+
+
+def span_markdown(sh: Shares, outside: Mapping[str, int]) -> str:
+    """Where the model's invariant directions are: per attention layer by kind, then each block outside attention."""
+    body = [["each attention layer", KIND_LABELS[k], str(sh.orbit_dim[k]), f"{(sh.orbit_dim[k] / sh.parameters) ** 0.5:.3f}"]
+            for k in ("total", "input", "output", "model")]
+    body += [[block, "mean directions" + (" and the logit shift" if block == "unembed" else ""), str(u), ""]
+             for block, u in outside.items()]
+    return markdown_table(["block", "directions", "dimension", "chance share"], body, right=(2, 3))
+
+
 def _tag(prefix: str, part: Part) -> str:
     return f"{prefix}-{part[0]}-{part[1].replace('_', '-')}"
 
@@ -138,7 +159,7 @@ def _tag(prefix: str, part: Part) -> str:
 def share_findings(sh: Shares, layers: int, boot: Bootstrap) -> tuple[dict[str, Any], dict[Part, stats.PairedSummary]]:
     """The glued share values (per part: against chance and against the noise-fed arm), and plain minus noise-fed."""
     parts = sh.parts(layers)
-    found: dict[str, Any] = {"rt-p": sh.parameters} | {f"rt-u-{k}": u for k, u in sh.orbit_dim.items()}
+    found: dict[str, Any] = {}
     vs_noise = {}
     for part in parts:
         med, fed, chance = sh.seed_medians(part), sh.seed_medians(part, noise=True), sh.chance[part]
@@ -183,13 +204,13 @@ def shares_markdown(sh: Shares, vs_noise: Mapping[Part, stats.PairedSummary]) ->
 
 
 def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
-    """Left: the whole orbit's share along training, every seed. Right: each part's median share per seed."""
+    """Top: the share on everything the model cannot see along training, every seed. Bottom: each part's median share per seed."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.0))
     ax = axes[0]
     for layer in range(layers):
-        part, steps = (layer, "total"), np.array(sh.steps) + 4 * layer
+        part, steps = (layer, "model"), np.array(sh.steps) + 4 * layer
         vals = sh.curves(part, seeds)
         ax.plot(np.repeat(steps[None], len(seeds), 0).ravel(), vals.ravel(), ".", color=f"C{layer}", alpha=0.35, ms=4)
         ax.plot(steps, np.median(vals, 0), "-", color=f"C{layer}", lw=1.5, label=f"layer {layer}, median")
@@ -199,8 +220,8 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
                    label=f"chance sqrt(u/P) = {sh.chance[part]:.3f}" if layer == 0 else None)
     ax.set(xlabel="step", ylabel="invisible share of the update")
     ax.set_ylim(0, None)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("whole orbit, every seed", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.set_title("everything the model cannot see, every seed", fontsize=9)
     ax = axes[1]
     kinds = [k for k in KIND_LABELS if (0, k) in sh.plain]
     for layer in range(layers):
@@ -213,10 +234,10 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
             ax.plot([x - 0.12, x + 0.12], [sh.chance[layer, kind]] * 2, "k-", lw=1.5,
                     label="chance" if (i, layer) == (0, 0) else None)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds], rotation=20, fontsize=8)
+    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("median share over steps > 0")
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title("each part of the orbit", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left", ncol=2)
+    ax.set_title("each part", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -461,3 +461,105 @@ def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequ
         ax.title.set_fontsize(9)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- rate x width: the share against chance, and stability
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One (width, optimiser, rate) of the rate x width sweep: each stable seed's median share over its chance level."""
+
+    width: int
+    optimiser: str
+    lr: float
+    ratios: np.ndarray  # seeds that ran to the end
+    diverged: int       # seeds that diverged
+
+
+def sweep_cells(table: Sequence[Row]) -> list[SweepCell]:
+    """The sweep's (width, optimiser, rate) cells in the order of the data."""
+    cells = []
+    for (width, opt, lr), rows in group_by(table, ("d_model", "optimiser", "lr")).items():
+        stable = [r for r in rows if r["diverged_at"] == ""]
+        ratios = np.array([float(r["median_share"]) / float(r["chance_rms"]) for r in stable])
+        cells.append(SweepCell(int(width), opt, float(lr), ratios, len(rows) - len(stable)))
+    return cells
+
+
+def stability_edges(cells: Sequence[SweepCell]) -> dict[tuple[int, str], tuple[float | None, float | None]]:
+    """(width, optimiser) -> (largest rate with no seed diverged, smallest rate with one diverged; None: not on the grid)."""
+    edges: dict[tuple[int, str], tuple[float | None, float | None]] = {}
+    for key in dict.fromkeys((c.width, c.optimiser) for c in cells):
+        mine = sorted((c for c in cells if (c.width, c.optimiser) == key), key=lambda c: c.lr)
+        first_bad = next((c.lr for c in mine if c.diverged), None)
+        stable = [c.lr for c in mine if not c.diverged and (first_bad is None or c.lr < first_bad)]
+        edges[key] = (stable[-1] if stable else None, first_bad)
+    return edges
+
+
+def sweep_markdown(cells: Sequence[SweepCell]) -> str:
+    """Per width and optimiser, the median share / chance at each rate (diverged seeds counted)."""
+    rates: dict[str, list[float]] = {}
+    for c in cells:
+        rates.setdefault(c.optimiser, [])
+        if c.lr not in rates[c.optimiser]:
+            rates[c.optimiser].append(c.lr)
+    by_key = {(c.width, c.optimiser, c.lr): c for c in cells}
+    body = []
+    for width in dict.fromkeys(c.width for c in cells):
+        for opt, lrs in rates.items():
+            cells_text = []
+            for lr in lrs:
+                c = by_key[width, opt, lr]
+                text = f"{np.median(c.ratios):.2g}" if c.ratios.size else "-"
+                cells_text.append(text + (f" ({c.diverged} div.)" if c.diverged else ""))
+            body.append([str(width), NAMES[opt], " / ".join(f"{lr:g}" for lr in lrs), *cells_text])
+    header = ["d", "optimiser", "rates", "share / chance at rate 1", "rate 2", "rate 3", "rate 4"]
+    return markdown_table(header, body, right=(0,))
+
+
+def sweep_findings(cells: Sequence[SweepCell]) -> dict[str, Any]:
+    """What the prose says of the sweep: the range of share / chance per optimiser over its stable cells, and the edges."""
+    found: dict[str, Any] = {"sweep-widths": ", ".join(str(w) for w in dict.fromkeys(c.width for c in cells)),
+                             "sweep-cells": len(cells), "sweep-diverged-cells": sum(bool(c.diverged) for c in cells)}
+    for opt in dict.fromkeys(c.optimiser for c in cells):
+        medians = [float(np.median(c.ratios)) for c in cells if c.optimiser == opt and not c.diverged]
+        found |= {f"sweep-{opt}-min": min(medians), f"sweep-{opt}-max": max(medians)}
+    edges = stability_edges(cells)
+    found["sweep-edges-found"] = sum(bad is not None for _, bad in edges.values())
+    found["sweep-edges"] = len(edges)
+    return found
+
+
+def sweep_figure(cells: Sequence[SweepCell]):
+    """Share / chance against the rate, one panel per optimiser, one line per width; crosses where a seed diverged."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
+
+    optimisers = list(dict.fromkeys(c.optimiser for c in cells))
+    widths = list(dict.fromkeys(c.width for c in cells))
+    fig, axes = plt.subplots(2, 2, figsize=(6.4, 5.6), squeeze=False)
+    for ax, opt in zip(axes.ravel(), optimisers):
+        for k, (width, marker, style) in enumerate(zip(widths, "os^D", ("-", "--", ":", "-."))):
+            mine = sorted((c for c in cells if (c.width, c.optimiser) == (width, opt)), key=lambda c: c.lr)
+            ok = [c for c in mine if c.ratios.size]
+            ax.plot([c.lr for c in ok], [max(float(np.median(c.ratios)), 1e-16) for c in ok], style, marker=marker, ms=4,
+                    color=f"C{k}", label=f"d = {width}")
+            bad = [c for c in mine if c.diverged]
+            ax.plot([c.lr for c in bad], [1.0] * len(bad), "x", color=f"C{k}", ms=7, mew=1.5,
+                    label="a seed diverged" if k == 0 and bad else None)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(NAMES[opt], fontsize=9)
+        ax.set_xlabel("learning rate", fontsize=8)
+        ax.set_ylabel("median share / chance", fontsize=8)
+    handles, labels = [], []
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
