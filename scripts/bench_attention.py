@@ -8,12 +8,20 @@ and on, bfloat16. For each shape, after checking the kernel against a float32 Py
             attnid triton (RoPE on all of D, fused, GQA by index)  vs the unfused pipeline:
             RoPE in PyTorch, then SDPA (default dispatch) with enable_gqa=True
   backward  the same implementations, timing loss.backward() given the forward's graph
-  jvp       attnid's fused tangent pass vs torch.func.jvp through SDPA's math backend
+  jvp       attnid's fused tangent pass vs torch.func.jvp through SDPA's math backend, and through the
+            `jvp_flash_attention` package (the closest public peer) when it is installed
+  hvp       a Hessian-vector product of a scalar loss, forward over reverse (torch.func.jvp of
+            torch.func.grad): attnid's fused second-order kernels vs SDPA's math backend (and the peer)
+  cross     N_q != N_k: queries of N tokens against N/4 keys and values (no causal mask, no RoPE),
+            forward, backward and JVP, attnid vs SDPA (default dispatch)
+  padding   a key padding mask (row b sees its first L_b keys, L_b from N/2 to N): attnid's key_lengths
+            vs SDPA with a boolean attn_mask (efficient and math backends), forward and JVP
 
 Every timed call also records the peak memory it allocates beyond its inputs (CUDA only).
 
-TFLOP/s uses the forward count F = 4 B H N^2 D (halved when causal) times: forward 1, backward 2.5
-(FlashAttention's convention: five matrix products against two), JVP 3 (six products against two).
+TFLOP/s uses the forward count F = 4 B H N_q N_k D (halved when causal) times: forward 1, backward
+2.5 (FlashAttention's convention: five matrix products against two), JVP 3 (six products against
+two), HVP 7 (the forward and backward passes, and the tangent of each). Masked keys are counted.
 Times are medians of triton.testing.do_bench. A shape an SDPA backend rejects, or one the math
 backend cannot fit (N^2 scores per head), is recorded as such, not dropped.
 
@@ -39,9 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_attention.py"
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 MATH_MEMORY_LIMIT = 0.5  # skip the math backend where its float32 score matrices need over half the free memory
-FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "jvp": 3.0}
-HEADER = ["pass", "implementation", "batch", "heads", "kv_heads", "tokens", "head_dim", "causal", "rope",
-          "median_ms", "tflops", "peak_mib", "note"]
+FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "jvp": 3.0, "hvp": 7.0}
+HEADER = ["pass", "implementation", "batch", "heads", "kv_heads", "tokens", "kv_tokens", "head_dim", "causal", "rope",
+          "mask", "median_ms", "tflops", "peak_mib", "note"]
+PEER = "jvp_flash_attention"  # optional: pip install jvp_flash_attention (a benchmark dependency only)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -156,22 +165,23 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
     q, k, v, tq, tk, tv = (torch.randn(b, heads, n, d, generator=gen).to(device, dtype)
                            for heads in (h, g, g, h, g, g))
     time_ms = timer(device)
-    flops = 4 * b * h * n * n * d / (2 if causal else 1)
     rows: list[list] = []
 
-    def record(pass_: str, impl: str, rope: bool, fn: Callable[[], object] | None, note: str = "") -> None:
+    def record(pass_: str, impl: str, rope: bool, fn: Callable[[], object] | None, note: str = "", *,
+               n_k: int = n, mask: str = "none") -> None:
         ms: float | str = ""
         tflops: float | str = ""
         peak: float | str = ""
+        flops = 4 * b * h * n * n_k * d / (2 if causal else 1)
         if fn is not None:
             try:
                 ms = time_ms(fn)
                 tflops = round(flops * FLOP_FACTOR[pass_] / (ms * 1e-3) / 1e12, 2)
                 peak = peak_mib(fn, device)
                 ms = round(ms, 4)
-            except (RuntimeError, ValueError) as err:  # a backend that rejects this shape
+            except (RuntimeError, ValueError, TypeError) as err:  # a backend that rejects this shape
                 note = "unsupported: " + str(err).splitlines()[0][:80].replace(",", ";")
-        rows.append([pass_, impl, b, h, g, n, d, causal, rope, ms, tflops, peak, note])
+        rows.append([pass_, impl, b, h, g, n, n_k, d, causal, rope, mask, ms, tflops, peak, note])
 
     check_against_reference(q, k, v, causal, device)
     # Every implementation is a function of (q, k, v): timed as is for the forward, and through
@@ -190,13 +200,85 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
         record("forward", impl, rope, (lambda fn=fn: fn(q, k, v)) if fn else None, note)
         record("backward", impl, rope, backward_of(fn, q, k, v) if fn else None, note)
 
+    no_fit = "skipped: score matrices do not fit"
     record("jvp", "attnid-triton", False,
            lambda: attention_jvp(q, k, v, tq, tk, tv, causal=causal, backend="triton"))
-    math_jvp = functools.partial(sdpa, backend=SDPBackend.MATH, causal=causal)
+    math_fn = functools.partial(sdpa, backend=SDPBackend.MATH, causal=causal)
     record("jvp", "torch.func.jvp-sdpa-math", False,
-           (lambda: torch.func.jvp(math_jvp, (q, k, v), (tq, tk, tv))) if fits else None,
-           "" if fits else "skipped: score matrices do not fit")
+           (lambda: torch.func.jvp(math_fn, (q, k, v), (tq, tk, tv))) if fits else None, "" if fits else no_fit)
+    ours_fn = functools.partial(ours, causal=causal, rope=False)
+    record("hvp", "attnid-triton", False, hvp_of(ours_fn, (q, k, v), (tq, tk, tv)))
+    record("hvp", "torch.func-sdpa-math", False, hvp_of(math_fn, (q, k, v), (tq, tk, tv)) if fits else None,
+           "" if fits else no_fit)
+    peer, why = peer_attention(causal)
+    if peer is not None and g < h:  # the package has no GQA: its keys and values are repeated to H heads, untimed
+        why = "k and v repeated to H heads (the package has no GQA)"
+    ke, ve, tke, tve = (x.repeat_interleave(h // g, dim=1) for x in (k, v, tk, tv)) if peer else (k, v, tk, tv)
+    record("jvp", PEER, False, (lambda: torch.func.jvp(peer, (q, ke, ve), (tq, tke, tve))) if peer else None, why)
+    record("hvp", PEER, False, hvp_of(peer, (q, ke, ve), (tq, tke, tve)) if peer else None, why)
+
+    # N_q != N_k: N queries against N/4 keys (no causal mask or RoPE: cross-attention to a shorter context)
+    n_k = max(n // 4, 1)
+    kc, vc, tkc, tvc = (x[:, :, :n_k].contiguous() for x in (k, v, tk, tv))
+    if not causal:
+        cross_ours = functools.partial(ours, causal=False, rope=False)
+        cross_sdpa = functools.partial(sdpa_default, causal=False)
+        for impl, fn in (("attnid-triton", cross_ours), ("sdpa", cross_sdpa)):
+            record("forward", impl, False, lambda fn=fn: fn(q, kc, vc), n_k=n_k)
+            record("backward", impl, False, backward_of(fn, q, kc, vc), n_k=n_k)
+        record("jvp", "attnid-triton", False, lambda: attention_jvp(q, kc, vc, tq, tkc, tvc, backend="triton"), n_k=n_k)
+        record("jvp", "torch.func.jvp-sdpa-math", False,
+               (lambda: torch.func.jvp(math_fn, (q, kc, vc), (tq, tkc, tvc))) if fits else None,
+               "" if fits else no_fit, n_k=n_k)
+
+    # a key padding mask: row b sees its first lengths[b] keys
+    lengths = torch.randint(n // 2, n + 1, (b,), generator=gen).to(device)
+    keep = (torch.arange(n, device=device)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, N)
+    padded_ours = functools.partial(ours_padded, causal=causal, lengths=lengths)
+    record("forward", "attnid-triton", False, lambda: padded_ours(q, k, v), mask="key_lengths")
+    record("jvp", "attnid-triton", False, lambda: torch.func.jvp(padded_ours, (q, k, v), (tq, tk, tv)), mask="key_lengths")
+    for name in ("EFFICIENT_ATTENTION", "MATH"):
+        skip = name == "MATH" and not fits
+        fn = functools.partial(sdpa_masked, backend=getattr(SDPBackend, name), causal=causal, keep=keep)
+        record("forward", f"sdpa-{name.lower()}", False, None if skip else (lambda fn=fn: fn(q, k, v)),
+               no_fit if skip else "", mask="boolean")
+        record("jvp", f"torch.func.jvp-sdpa-{name.lower()}", False,
+               None if skip else (lambda fn=fn: torch.func.jvp(fn, (q, k, v), (tq, tk, tv))), no_fit if skip else "",
+               mask="boolean")
     return rows
+
+
+def hvp_of(forward: Callable | None, primals: tuple, tangents: tuple) -> Callable[[], object] | None:
+    """A Hessian-vector product of the loss <forward(q, k, v), w> (w fixed): jvp of grad, forward over reverse."""
+    import torch
+
+    if forward is None:
+        return None
+    q, _, v = primals
+    weight = torch.randn(*q.shape[:-1], v.shape[-1], generator=torch.Generator().manual_seed(0)).to(q.device)
+
+    def loss(*args):
+        return (forward(*args).float() * weight.float()).sum()
+
+    grad = torch.func.grad(loss, argnums=(0, 1, 2))
+    return lambda: torch.func.jvp(grad, primals, tangents)
+
+
+def peer_attention(causal: bool) -> tuple[Callable | None, str]:
+    """The peer package's attention(q, k, v, causal=...) (0.14.0: keys and values with H heads), or None and why not."""
+    import importlib
+    import inspect
+
+    try:
+        module = importlib.import_module(f"{PEER}.jvp_attention")
+    except ImportError:
+        return None, f"skipped: {PEER} is not installed (pip install {PEER})"
+    fn = module.attention
+    if "causal" in inspect.signature(fn).parameters:
+        return functools.partial(fn, causal=causal), ""
+    if causal:
+        return None, f"skipped: this version of {PEER} has no causal mask"
+    return fn, ""
 
 
 def ours(q, k, v, *, causal: bool, rope: bool):
@@ -214,6 +296,31 @@ def unfused(q, k, v, *, causal: bool):
     d = q.shape[-1]
     return F.scaled_dot_product_attention(apply_rope(q, d, 10000.0), apply_rope(k, d, 10000.0), v,
                                           is_causal=causal, enable_gqa=True)
+
+
+def ours_padded(q, k, v, *, causal: bool, lengths):
+    from attnid.kernels import attention
+
+    return attention(q, k, v, causal=causal, key_lengths=lengths, backend="triton")
+
+
+def sdpa_default(q, k, v, *, causal: bool):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+def sdpa_masked(q, k, v, *, backend, causal: bool, keep):
+    """SDPA with a boolean mask (and the causal mask folded into it: SDPA takes one or the other)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    n_q, n_k = q.shape[2], k.shape[2]
+    if causal:
+        keep = keep & torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
 
 
 def sdpa(q, k, v, *, backend, causal: bool):
@@ -264,11 +371,11 @@ def check_against_reference(q, k, v, causal: bool, device) -> None:
 
 
 def print_summary(rows: list[list]) -> None:
-    print(f"{'pass':9} {'implementation':28} {'G':>3} {'N':>6} {'D':>4} {'causal':>6} {'rope':>5} {'ms':>10} {'TFLOP/s':>8} "
-          f"{'peak MiB':>9}  note")
+    print(f"{'pass':9} {'implementation':30} {'G':>3} {'N':>6} {'N_k':>6} {'D':>4} {'causal':>6} {'rope':>5} {'mask':>11} "
+          f"{'ms':>10} {'TFLOP/s':>8} {'peak MiB':>9}  note")
     for r in rows:
-        print(f"{r[0]:9} {r[1]:28} {r[4]:>3} {r[5]:>6} {r[6]:>4} {r[7]!s:>6} {r[8]!s:>5} {r[9]!s:>10} {r[10]!s:>8} "
-              f"{r[11]!s:>9}  {r[12]}")
+        print(f"{r[0]:9} {r[1]:30} {r[4]:>3} {r[5]:>6} {r[6]:>6} {r[7]:>4} {r[8]!s:>6} {r[9]!s:>5} {r[10]:>11} "
+              f"{r[11]!s:>10} {r[12]!s:>8} {r[13]!s:>9}  {r[14]}")
 
 
 if __name__ == "__main__":

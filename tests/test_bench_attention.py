@@ -36,8 +36,25 @@ def test_smoke_run_writes_every_pass_outside_data(capsys: pytest.CaptureFixture)
     assert written.with_name(written.name + ".provenance.json").is_file()
     rows = list(csv.DictReader(written.open()))
     seen = {(r["pass"], r["implementation"]) for r in rows}
-    for expected in [("forward", "attnid-triton"), ("backward", "attnid-triton"), ("jvp", "attnid-triton"),
+    for expected in [("forward", "attnid-triton"), ("backward", "attnid-triton"), ("jvp", "attnid-triton"), ("hvp", "attnid-triton"),
+                     ("hvp", "torch.func-sdpa-math"), ("jvp", "jvp_flash_attention"),
                      ("forward", "unfused-rope+sdpa"), ("jvp", "torch.func.jvp-sdpa-math"), ("forward", "sdpa-math")]:
         assert expected in seen
     ours = [r for r in rows if r["implementation"] == "attnid-triton"]
     assert all(float(r["median_ms"]) > 0 for r in ours)
+
+
+def test_smoke_run_covers_cross_attention_padding_and_the_peer(capsys: pytest.CaptureFixture) -> None:
+    assert load_script().main(["--smoke"]) == 0
+    written = Path(capsys.readouterr().out.strip().splitlines()[-1].removeprefix("wrote "))
+    rows = list(csv.DictReader(written.open()))
+    cross = [r for r in rows if r["kv_tokens"] != r["tokens"]]
+    assert {(r["pass"], r["implementation"]) for r in cross} >= {("forward", "attnid-triton"), ("backward", "sdpa"),
+                                                                  ("jvp", "attnid-triton")}
+    assert all(r["causal"] == "False" for r in cross)  # cross-attention rows run without the causal mask
+    padded = {(r["pass"], r["implementation"], r["mask"]) for r in rows if r["mask"] != "none"}
+    assert ("jvp", "attnid-triton", "key_lengths") in padded and ("forward", "sdpa-math", "boolean") in padded
+    ours = [r for r in rows if r["implementation"] == "attnid-triton"]
+    assert all(float(r["median_ms"]) > 0 and r["note"] == "" for r in ours), [r for r in ours if r["note"]]
+    peer = [r for r in rows if r["implementation"] == "jvp_flash_attention"]
+    assert peer and all(r["median_ms"] or r["note"].startswith("skipped") for r in peer)
