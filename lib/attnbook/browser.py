@@ -15,6 +15,8 @@ reports a ``Problem`` for each of:
   sight until the reader scrolls (``figure``);
 - a display equation wider than the text column, even inside a scroll container (``equation``):
   MathJax 4 breaks a long one over lines, so one that is still wide needs rewriting (``aligned``);
+- at desktop width, a cell's text output wider than its box, so that the reader has to scroll it
+  (``output``): results belong in tables, or in lines that fit;
 - a link to a local file that does not exist (``link``).
 
 Desktop (1280 px, light) and phone (390 px, dark) widths; a full-page screenshot of each is
@@ -48,7 +50,7 @@ class Problem:
 
     page: str
     width: str
-    kind: str  # console | network | math | image | overflow | figure | equation | link
+    kind: str  # console | network | math | image | overflow | figure | equation | output | link
     detail: str
 
     def __str__(self) -> str:
@@ -148,6 +150,13 @@ async () => {
       found.push(['equation', `${describe(eq)} is ${Math.round(w)} px wide in a ${Math.round(right - left)} px ` +
                               'column: part of it is out of sight']);
   }
+  // A cell's text output sits in a scroll box, which the overflow check accepts; at desktop width none may need it.
+  if (window.innerWidth >= 1000)
+    for (const pre of column.querySelectorAll('.cell_output pre, .output pre')) {
+      if (pre.scrollWidth > pre.clientWidth + 1)
+        found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
+                              'a text output the reader has to scroll']);
+    }
   if (document.documentElement.scrollWidth > window.innerWidth + 1)
     found.push(['overflow', `the page scrolls sideways (${document.documentElement.scrollWidth} px wide ` +
                             `in a ${window.innerWidth} px window)`]);

@@ -114,3 +114,12 @@ def test_a_long_display_equation_is_broken_over_lines_on_the_phone(html_root: Pa
     long = r'<div class="math notranslate nohighlight">\[' + " + ".join(f"a_{{{i}}} b_{{{i}}}" for i in range(40)) + r'\]</div>'
     problems = check_book(html_root, [broken("longequation", long)], widths=WIDTHS[1:])
     assert not [p for p in problems if p.kind in ("equation", "overflow")], problems
+
+
+def test_a_text_output_wider_than_the_column_fails_at_desktop_width(html_root: Path, broken) -> None:  # noqa: ANN001
+    wide = '<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">' \
+           '<div class="highlight"><pre id="probe-pre">' + "x" * 400 + '</pre></div></div></div>'
+    found = kinds(html_root, broken("output", wide))
+    assert any("probe-pre" in d for d in found.get("output", [])), found
+    narrow = wide.replace("x" * 400, "x" * 40)
+    assert "output" not in kinds(html_root, broken("narrowoutput", narrow))
