@@ -19,8 +19,11 @@ from attnid.layer import forward
 from attnid.rank import numerical_rank
 from attnid.spec import AttentionSpec
 
-TINY = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6)
+TINY = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6)  # as the experiment's
 TINY_MHA = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, bias="qk", seq_len=6)
+# b_V without b_O: a constant of the values whose output lies along 1 is invisible too
+TINY_QKV = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, bias="qkv", seq_len=6)
+TINY_O = tm.TextModelSpec.create(layers=1, d_model=8, heads=4, kv_heads=2, rope_fraction=1.0, bias="o", seq_len=6)
 
 
 def _unflatten(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -47,7 +50,7 @@ def _block(params, prefix):
     return {n.removeprefix(prefix): p for n, p in params.items() if n.startswith(prefix)}
 
 
-@pytest.mark.parametrize("spec", [TINY, TINY_MHA], ids=["gqa-rope-qkvo", "mha-qk"])
+@pytest.mark.parametrize("spec", [TINY, TINY_MHA, TINY_QKV, TINY_O], ids=["gqa-rope-qkvo", "mha-qk", "mha-qkv", "gqa-rope-o"])
 @pytest.mark.parametrize("layer", [0, -1])
 def test_an_attention_layer_of_the_text_model_has_exactly_its_orbit_and_the_mean_directions(spec, layer) -> None:
     layer %= spec.layers
@@ -59,7 +62,9 @@ def test_an_attention_layer_of_the_text_model_has_exactly_its_orbit_and_the_mean
     assert P == sum(p.numel() for p in attn.values())
     assert dims["model"] > dims["total"]  # the model adds directions to the layer's orbit
     assert dims["input"] == sum(attn[w].shape[0] * attn[w].shape[2] for w in modelsym.INPUT_WEIGHTS)
-    assert dims["output"] == spec.attention.heads * spec.attention.v_head_dim + ("b_O" in attn)
+    if "b_V" not in attn or "b_O" in attn:  # then the two kinds of mean directions are independent of the orbit
+        assert dims["output"] == spec.attention.heads * spec.attention.v_head_dim + ("b_O" in attn)
+        assert dims["model"] == dims["total"] + dims["input"] + dims["output"]
     assert _nullity(_text_outputs(spec, params, prefix, tokens), attn) == dims["model"]
 
 
@@ -136,10 +141,13 @@ def test_complement_and_readout_bases_and_bad_shapes() -> None:
     assert modelsym.affine_normal(torch.tensor([[2.0, 0.0], [0.0, 4.0]])).tolist() == pytest.approx([0.5, 0.25])
 
 
-@pytest.mark.parametrize("bias", ["none", "qkvo"])
-def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agrees(bias) -> None:
-    # inputs on the hyperplane x . a = 1 in d = 8, two heads, RoPE on half: key shifts and value constants
-    spec = AttentionSpec.create(8, 2, rope_fraction=0.5, bias=bias)
+@pytest.mark.parametrize("options", [dict(bias="none"), dict(bias="qkvo"), dict(bias="o", qk_norm="per-head"),
+                                     dict(bias="qko", qk_norm="per-head"), dict(bias="qkvo", norm="sink")],
+                         ids=["none", "qkvo", "qknorm-o", "qknorm-qko", "sink-qkvo"])
+def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agrees(options) -> None:
+    # inputs on the hyperplane x . a = 1 in d = 8, two heads, RoPE on half: key shifts (not under a QK-norm),
+    # value constants (not with a sink), bias trades (always)
+    spec = AttentionSpec.create(8, 2, rope_fraction=0.5, **options)
     attn = tm.attention_init(spec, torch.Generator().manual_seed(2))
     gen = torch.Generator().manual_seed(3)
     a = torch.randn(8, generator=gen, dtype=torch.float64)
@@ -150,3 +158,16 @@ def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agree
     dims = modelsym.model_dimensions(attn, spec, normal=normal)
     assert dims["affine"] > 0
     assert _nullity(lambda block: forward(block, x, spec), attn) == dims["model"]
+
+
+def test_a_qk_norm_layout_has_no_dead_key_bias_and_a_position_table_adds_its_trade() -> None:
+    spec = AttentionSpec.create(8, 2, bias="qkvo", qk_norm="per-head")
+    attn = tm.attention_init(spec, torch.Generator().manual_seed(0))
+    assert tm.dead_key_bias(attn, spec).numel() == 0 and "key_bias" not in tm.dead_parts(attn, spec)
+    learned = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, seq_len=6)
+    params = tm.init_model(learned, torch.Generator().manual_seed(1), torch.float64)
+    tokens = torch.randint(0, tm.VOCAB, (4, 6), generator=torch.Generator().manual_seed(2))
+    v = torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    moved = dict(params, embed=params["embed"] + v, pos=params["pos"] - v)
+    assert torch.allclose(tm.logits(moved, tokens, learned), tm.logits(params, tokens, learned), rtol=0, atol=1e-12)
+    assert tm.outside_attention_dimensions(learned)["embed/pos"] == 7

@@ -14,7 +14,8 @@ outputs reach the loss, so more moves are invisible to the model:
 * **output side.** If every use of the residual stream downstream is blind to a subspace R
   (every later read goes through a mean-subtracting norm: R = span(1); or the readout U and a
   shift-invariant loss such as softmax cross-entropy: R = {v : U^T v is a multiple of 1}), then
-  W_O -> W_O + a n^T and b_O -> b_O + n with n in R change nothing the model computes.
+  W_O -> W_O + a n^T and b_O -> b_O + n with n in R change nothing the model computes; without
+  b_O, so does b_V -> b_V + u when the constant u adds to the output lies in R (softmax without a sink).
 
 * **affine inputs.** If moreover every input satisfies x . a = 1 for one vector a (the inputs lie
   on an affine hyperplane missing the origin: V linearly independent embeddings), then x W gains
@@ -29,8 +30,10 @@ outputs reach the loss, so more moves are invisible to the model:
 'output/W_O', 'output/b_O' in the layer's parameter layout; ``model_directions`` adds them to the
 orbit's labelled directions; ``model_shares`` measures an update against the whole span.
 Each move is exact (a proof in one line, above); which subspaces a model has is the model's to
-say (``attnid.textmodel.invariant_subspaces``), and the tests check every claim against the rank
-of the model's Jacobian at random points. Moves that mix parameters of the layer with parameters
+say (``attnid.textmodel.invariant_subspaces``); the tests check the counts against the rank of the
+model's Jacobian at random points for the layouts they name (tests/test_modelsym.py). Not handled:
+the sink-corner trade of ``attnid.symmetry`` when the inputs span fewer than d_k dimensions (it is
+counted for d_k > d_model only). Moves that mix parameters of the layer with parameters
 outside it (a norm gain traded against the rows of W_Q, W_K, W_V, an embedding against W_Q) are
 not directions of the layer's parameters and are counted by the model (``textmodel``), not here.
 """
@@ -111,7 +114,28 @@ def input_output_directions(params: Params, spec: AttentionSpec, input_null: tor
             d = {k: torch.zeros_like(p) for k, p in params.items()}
             d["b_O"] = n.clone()
             directions.append(("output/b_O", d))
+    if outputs.shape[1] and "b_V" in params and "b_O" not in params and spec.shift_invariant:
+        for u in _invisible_constants(params, spec, outputs).T:  # b_V + u adds a constant the rest cannot see
+            d = {k: torch.zeros_like(p) for k, p in params.items()}
+            d["b_V"] = u.reshape(spec.kv_heads, spec.v_head_dim).clone()
+            directions.append(("output/b_V", d))
     return directions
+
+
+def _group_output_sums(params: Params, spec: AttentionSpec) -> torch.Tensor:
+    """(G d_v, d): the sums S_g of each group's W_O^h, so that value constants u add u @ S to every output."""
+    groups = [[h for h in range(spec.heads) if spec.group_of_head(h) == g] for g in range(spec.kv_heads)]
+    return torch.cat([params["W_O"][heads].sum(0) for heads in groups])
+
+
+def _invisible_constants(params: Params, spec: AttentionSpec, output_null: torch.Tensor | None) -> torch.Tensor:
+    """(G d_v, k): the value constants u (one per group) whose output sum_g u_g S_g (S_g = sum of the group's W_O^h)
+    the model cannot see: every u when b_O takes it back, else those with the sum in span(output_null)."""
+    sums = _group_output_sums(params, spec)
+    if "b_O" in params:
+        return torch.eye(sums.shape[0]).to(sums)
+    outputs = _check_basis(output_null, spec.d_model, "output").to(sums)
+    return complement((sums @ (torch.eye(spec.d_model).to(sums) - outputs @ outputs.T)).T).to(sums)
 
 
 def affine_normal(rows: torch.Tensor, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor | None:
@@ -148,25 +172,19 @@ def affine_directions(params: Params, spec: AttentionSpec, normal: torch.Tensor 
                 d = {k: torch.zeros_like(p) for k, p in params.items()}
                 d[weight][s, :, c], d[bias][s, c] = a, -1.0
                 directions.append(("affine/bias", d))
-    if not spec.shift_invariant or spec.has_qk_norm:
+    if not spec.shift_invariant:  # the weights of a row must sum to one (no sink, no sigmoid)
         return directions
-    groups = [[h for h in range(spec.heads) if spec.group_of_head(h) == g] for g in range(spec.kv_heads)]
-    for g in range(spec.kv_heads):
-        for c in range(spec.rope_dims, spec.head_dim):
-            d = {k: torch.zeros_like(p) for k, p in params.items()}
-            d["W_K"][g, :, c] = a
-            directions.append(("affine/key_bias", d))
-    sums = torch.cat([params["W_O"][heads].sum(0) for heads in groups])  # (G d_v, d): constant u -> u @ sums
-    if "b_O" in params:
-        trades = torch.eye(sums.shape[0]).to(sums)  # b_O takes any constant back
-    else:
-        visible = torch.eye(spec.d_model).to(sums) - (lambda o: o @ o.T)(_check_basis(output_null, spec.d_model, "output").to(sums))
-        trades = complement((sums @ visible).T)  # (G d_v, k): the constants the model cannot see
-    for u in trades.T:
+    if not spec.has_qk_norm:  # a constant key part shifts a row's scores alike only before no norm
+        for g in range(spec.kv_heads):
+            for c in range(spec.rope_dims, spec.head_dim):
+                d = {k: torch.zeros_like(p) for k, p in params.items()}
+                d["W_K"][g, :, c] = a
+                directions.append(("affine/key_bias", d))
+    for u in _invisible_constants(params, spec, output_null).T:
         d = {k: torch.zeros_like(p) for k, p in params.items()}
         d["W_V"] = torch.einsum("d,gc->gdc", a, u.reshape(spec.kv_heads, spec.v_head_dim))
         if "b_O" in params:
-            d["b_O"] = -(u @ sums)
+            d["b_O"] = -(u @ _group_output_sums(params, spec))
         directions.append(("affine/value_bias", d))
     return directions
 

@@ -236,7 +236,7 @@ def loss(params: Params, inputs: torch.Tensor, targets: torch.Tensor, spec: Text
 
 def dead_key_bias(attn: Params, spec: AttentionSpec) -> torch.Tensor:
     """The coordinates of b_K that plain softmax cannot see: the unrotated ones, b_K[:, r:] (empty without b_K)."""
-    if "b_K" not in attn or not spec.shift_invariant:
+    if "b_K" not in attn or not spec.shift_invariant or spec.has_qk_norm:  # a QK-norm sees every coordinate
         return torch.zeros(0)
     return attn["b_K"][:, spec.rope_dims:].reshape(-1)
 
@@ -253,8 +253,9 @@ DEAD_PARTS = ("key_bias", "input_mean", "output_mean")
 def dead_parts(attn: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
     """The coordinates of one attention layer the loss cannot see, by part (each a vector; empty parts left out).
 
-    'key_bias': the dead key bias (``dead_key_bias``), a set of coordinates, so Adam's
-    coordinate-wise scaling of its (zero) gradient keeps it still. 'input_mean': 1^T W / sqrt(d) for
+    'key_bias': the dead key bias (``dead_key_bias``), a set of coordinates: their exact gradient is
+    zero, so Adam moves them only by its coordinate-wise scaling of round-off (a step of at most
+    about lr |g| / (|g| + eps), with |g| the round-off gradient). 'input_mean': 1^T W / sqrt(d) for
     W = W_Q, W_K, W_V, concatenated; 'output_mean': W_O 1 / sqrt(d) and b_O . 1 / sqrt(d). These
     are not coordinates but sums of them, so Adam, which rescales every coordinate of a gradient
     orthogonal to them by its own factor, moves them.
@@ -288,15 +289,17 @@ def outside_attention_dimensions(spec: TextModelSpec) -> dict[str, int]:
     """The model's invariant directions outside its attention layers, per block (all exact; module docstring).
 
     Per MLP: W_in + 1 a^T (width), W_out + a 1^T (width), b_out + c 1 (1). The embedding: E[x] + c_x 1
-    per byte (256), the position table likewise (seq_len, when there is one). The unembedding: 1 a^T
+    per byte (256), the position table likewise (seq_len, when there is one), and with a position
+    table the trade of v added to every row of E and taken from every row of P (d - 1 more). The unembedding: 1 a^T
     (256) and v 1^T (d_model), which share 1 1^T. The rows of bytes the data never contain are
     dead as well; they are the data's to count, not the model's.
     """
     w, d = spec.mlp_width, spec.d_model
     dims = {f"layer{layer}.mlp": 2 * w + 1 for layer in range(spec.layers)}
     dims["embed"] = VOCAB
-    if spec.learned_positions:
+    if spec.learned_positions:  # and E + v with P - v: every input the same; v along 1 is counted twice above
         dims["pos"] = spec.seq_len
+        dims["embed/pos"] = d - 1
     dims["unembed"] = VOCAB + d - 1
     return dims
 
