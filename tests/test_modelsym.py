@@ -13,6 +13,7 @@ from torch.func import jacfwd
 
 from attnid import modelsym
 from attnid import textmodel as tm
+from attnid import textsym as ts
 from attnid import training as T
 from attnid.jacobian import flatten
 from attnid.layer import forward
@@ -58,7 +59,7 @@ def test_an_attention_layer_of_the_text_model_has_exactly_its_orbit_and_the_mean
     tokens = torch.randint(0, tm.VOCAB, (16, spec.seq_len), generator=torch.Generator().manual_seed(4))  # enough to see every direction
     prefix = tm.attention_prefix(layer)
     attn = _block(params, prefix)
-    dims, P = tm.share_dimensions(attn, spec)
+    dims, P = ts.share_dimensions(attn, spec)
     assert P == sum(p.numel() for p in attn.values())
     assert dims["model"] > dims["total"]  # the model adds directions to the layer's orbit
     assert dims["input"] == sum(attn[w].shape[0] * attn[w].shape[2] for w in modelsym.INPUT_WEIGHTS)
@@ -71,7 +72,7 @@ def test_an_attention_layer_of_the_text_model_has_exactly_its_orbit_and_the_mean
 def test_the_mlp_embedding_and_unembedding_counts_match_the_jacobian() -> None:
     params = tm.init_model(TINY, torch.Generator().manual_seed(5), torch.float64)
     tokens = torch.randint(0, tm.VOCAB, (12, TINY.seq_len), generator=torch.Generator().manual_seed(8))
-    expected = tm.outside_attention_dimensions(TINY)
+    expected = ts.outside_attention_dimensions(TINY)
     for prefix, key in (("layer1.mlp.", "layer1.mlp"), ("unembed", "unembed")):
         assert _nullity(_text_outputs(TINY, params, prefix, tokens), _block(params, prefix)) == expected[key], key
     small = tokens[:8]  # the embedding: the rows of the bytes present, each with its one move along 1
@@ -91,7 +92,7 @@ def test_every_claimed_move_leaves_the_text_model_unchanged() -> None:
     tokens = torch.randint(0, tm.VOCAB, (3, TINY.seq_len), generator=torch.Generator().manual_seed(7))
     attn = tm.layer_attention(params, 1)
     base = torch.log_softmax(tm.logits(params, tokens, TINY), -1)
-    for label, d in modelsym.input_output_directions(attn, TINY.attention, *tm.invariant_subspaces(TINY)):
+    for label, d in modelsym.input_output_directions(attn, TINY.attention, *ts.invariant_subspaces(TINY)):
         moved = dict(params, **{tm.attention_prefix(1) + n: attn[n] + 3.0 * d[n] for n in attn})
         assert torch.allclose(torch.log_softmax(tm.logits(moved, tokens, TINY), -1), base, rtol=0, atol=1e-12), label
 
@@ -163,11 +164,11 @@ def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agree
 def test_a_qk_norm_layout_has_no_dead_key_bias_and_a_position_table_adds_its_trade() -> None:
     spec = AttentionSpec.create(8, 2, bias="qkvo", qk_norm="per-head")
     attn = tm.attention_init(spec, torch.Generator().manual_seed(0))
-    assert tm.dead_key_bias(attn, spec).numel() == 0 and "key_bias" not in tm.dead_parts(attn, spec)
+    assert ts.dead_key_bias(attn, spec).numel() == 0 and "key_bias" not in ts.dead_parts(attn, spec)
     learned = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, seq_len=6)
     params = tm.init_model(learned, torch.Generator().manual_seed(1), torch.float64)
     tokens = torch.randint(0, tm.VOCAB, (4, 6), generator=torch.Generator().manual_seed(2))
     v = torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     moved = dict(params, embed=params["embed"] + v, pos=params["pos"] - v)
     assert torch.allclose(tm.logits(moved, tokens, learned), tm.logits(params, tokens, learned), rtol=0, atol=1e-12)
-    assert tm.outside_attention_dimensions(learned)["embed/pos"] == 7
+    assert ts.outside_attention_dimensions(learned)["embed/pos"] == 7
