@@ -172,3 +172,42 @@ def test_a_qk_norm_layout_has_no_dead_key_bias_and_a_position_table_adds_its_tra
     moved = dict(params, embed=params["embed"] + v, pos=params["pos"] - v)
     assert torch.allclose(tm.logits(moved, tokens, learned), tm.logits(params, tokens, learned), rtol=0, atol=1e-12)
     assert ts.outside_attention_dimensions(learned)["embed/pos"] == 7
+
+
+def _union_rank(directions, params) -> int:
+    return numerical_rank(torch.linalg.svdvals(torch.stack([flatten(d) for d in directions], dim=1)))
+
+
+@pytest.mark.parametrize("spec", [TINY, TINY_QKV], ids=["gqa-rope-qkvo", "mha-qkv"])
+def test_the_model_basis_is_orthonormal_and_spans_the_union_of_orbit_and_moves(spec) -> None:
+    params = tm.init_model(spec, torch.Generator().manual_seed(5), torch.float64)
+    attn = tm.layer_attention(params, 0)
+    orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, spec.attention)]
+    extra = [d for _, d in modelsym.input_output_directions(attn, spec.attention, *ts.invariant_subspaces(spec))]
+    basis = modelsym.model_basis(orbit, extra, attn)
+    assert basis.shape[1] == _union_rank(orbit + extra, attn)
+    assert torch.allclose(basis.T @ basis, torch.eye(basis.shape[1], dtype=basis.dtype), atol=1e-12)
+    stacked = torch.stack([flatten(d) for d in orbit + extra], dim=1)
+    assert torch.allclose(basis @ (basis.T @ stacked), stacked, atol=1e-10)  # every direction lies in the span
+    # moves already inside the orbit add nothing: the residual is round-off and the rank rule drops it
+    assert modelsym.model_basis(orbit, orbit[:7], attn).shape[1] == modelsym.span_basis(orbit, attn).shape[1]
+
+
+def test_a_failed_divide_and_conquer_svd_falls_back_to_the_qr_factor(monkeypatch) -> None:
+    params = tm.init_model(TINY, torch.Generator().manual_seed(6), torch.float64)
+    attn = tm.layer_attention(params, 0)
+    orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, TINY.attention)]
+    extra = [d for _, d in modelsym.input_output_directions(attn, TINY.attention, *ts.invariant_subspaces(TINY))]
+    expected = modelsym.model_basis(orbit, extra, attn)
+    svd, calls = torch.linalg.svd, []
+
+    def flaky(mat, *args, **kwargs):  # fails on the tall matrices, as gesdd did, and on the first square one
+        calls.append(tuple(mat.shape))
+        if mat.shape[0] > mat.shape[1] or len([c for c in calls if c[0] == c[1]]) == 1:
+            raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+        return svd(mat, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "svd", flaky)
+    got = modelsym.model_basis(orbit, extra, attn)
+    assert got.shape == expected.shape and any(c[0] == c[1] for c in calls)
+    assert torch.allclose(got @ got.T, expected @ expected.T, atol=1e-10)  # the same projection

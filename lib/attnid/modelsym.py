@@ -28,7 +28,8 @@ outputs reach the loss, so more moves are invisible to the model:
 
 ``input_output_directions`` returns the linear moves labelled 'input/W_Q', 'input/W_K', 'input/W_V',
 'output/W_O', 'output/b_O' in the layer's parameter layout; ``model_directions`` adds them to the
-orbit's labelled directions; ``model_shares`` measures an update against the whole span.
+orbit's labelled directions; ``model_shares`` measures an update against the whole span
+(``model_basis``: the orbit's basis, then what the model's moves add to it).
 Each move is exact (a proof in one line, above); which subspaces a model has is the model's to
 say (``attnid.textmodel.invariant_subspaces``); the tests check the counts against the rank of the
 model's Jacobian at random points for the layouts they name (tests/test_modelsym.py). Not handled:
@@ -201,24 +202,84 @@ def model_dimensions(params: Params, spec: AttentionSpec, input_null: torch.Tens
                      output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, int]:
     """u per part: 'orbit' (the layer's own), 'input', 'output', 'affine' (the model's moves alone) and 'model' (all)."""
     labelled = model_directions(params, spec, input_null, output_null, normal)
-    groups = {"orbit": [d for label, d in labelled if label.split("/")[0] not in MODEL_KINDS],
-              **{kind: [d for label, d in labelled if label.split("/")[0] == kind] for kind in MODEL_KINDS},
-              "model": [d for _, d in labelled]}
-    return {key: sym.orthonormal_span(dirs, params).shape[1] for key, dirs in groups.items()}
+    orbit = [d for label, d in labelled if label.split("/")[0] not in MODEL_KINDS]
+    extra = [d for label, d in labelled if label.split("/")[0] in MODEL_KINDS]
+    dims = {"orbit": span_basis(orbit, params).shape[1],
+            **{kind: span_basis([d for label, d in labelled if label.split("/")[0] == kind], params).shape[1]
+               for kind in MODEL_KINDS}}
+    dims["model"] = model_basis(orbit, extra, params).shape[1]
+    return dims
 
 
 def model_shares(update: Params, params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
                  output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, float]:
     """``training.invisible_shares`` (the orbit: 'total' and its parts) plus the model's kinds present and 'model' (everything)."""
     shares = invisible_shares(update, params, spec)
-    extra = input_output_directions(params, spec, input_null, output_null) + affine_directions(params, spec, normal, output_null)
+    labelled = input_output_directions(params, spec, input_null, output_null) + affine_directions(params, spec, normal, output_null)
+    extra = [d for _, d in labelled]
     u = flatten(update)
     norm = u.norm()
-    spans = {kind: [d for label, d in extra if label.split("/")[0] == kind] for kind in MODEL_KINDS}
-    spans["model"] = [d for _, d in model_directions(params, spec, input_null, output_null, normal)]
-    for key, directions in spans.items():
-        if key != "model" and not directions:
-            continue
-        basis = sym.orthonormal_span(directions, params)
+    bases = {kind: span_basis([d for label, d in labelled if label.split("/")[0] == kind], params) for kind in MODEL_KINDS}
+    bases = {kind: basis for kind, basis in bases.items() if basis.shape[1]}
+    bases["model"] = model_basis([d for _, d in sym.labelled_tangent_directions(params, spec)], extra, params)
+    for key, basis in bases.items():
         shares[key] = float((basis.T @ u).norm() / norm) if norm > 0 else 0.0
     return shares
+
+
+# ------------------------------------------------------------------------------------------------
+# Orthonormal bases that survive LAPACK's divide-and-conquer SVD
+# ------------------------------------------------------------------------------------------------
+
+
+def _left_singular(mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(U, s) of a thin SVD of ``mat``, falling back to the SVD of its triangular QR factor when the SVD fails.
+
+    On the CPU torch calls LAPACK's gesdd, which can stop with "failed to converge" on matrices
+    with clusters of equal singular values (the model's moves are orthonormal by construction).
+    Householder QR always finishes; mat = Q R has the singular values of R (k x k), and U = Q U_R.
+    If R's SVD fails too, its columns are scaled by distinct factors in [1, 2] (same span,
+    singular values within a factor 2) and the error, if any, propagates.
+    """
+    try:
+        u, s, _ = torch.linalg.svd(mat, full_matrices=False)
+        return u, s
+    except torch.linalg.LinAlgError:
+        q, r = torch.linalg.qr(mat)
+    try:
+        u_r, s, _ = torch.linalg.svd(r)
+    except torch.linalg.LinAlgError:
+        scale = torch.linspace(1.0, 2.0, r.shape[1], dtype=r.dtype)
+        u_r, s, _ = torch.linalg.svd(r * scale)
+    return q @ u_r, s
+
+
+def span_basis(directions: list[dict[str, torch.Tensor]], params: Params, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """``symmetry.orthonormal_span`` (the same rank rule) with ``_left_singular``'s fallback."""
+    if not directions:
+        return torch.zeros(sum(p.numel() for p in params.values()), 0, dtype=params["W_Q"].dtype)
+    u, s = _left_singular(torch.stack([flatten(d) for d in directions], dim=1))
+    return u[:, : numerical_rank(s, rel_tol)]
+
+
+def model_basis(orbit: list[dict[str, torch.Tensor]], extra: list[dict[str, torch.Tensor]], params: Params,
+                rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """(P, u): an orthonormal basis of span(orbit) + span(extra), the orbit's basis first.
+
+    The orbit's basis Q is ``span_basis`` of its directions; the extra directions E are projected
+    off it twice (classical Gram-Schmidt with one reorthogonalisation), and the residual's basis
+    follows, keeping the singular values above ``rel_tol`` times the largest norm of a column of E
+    (the scale of the union's singular values; an extra direction inside the orbit's span leaves a
+    residual at round-off and adds nothing). This is the rank rule on the union in two steps, and
+    it never asks LAPACK for the SVD of orbit and extras together.
+    """
+    q = span_basis(orbit, params, rel_tol)
+    if not extra:
+        return q
+    e = torch.stack([flatten(d) for d in extra], dim=1)
+    residual = e - q @ (q.T @ e)
+    residual = residual - q @ (q.T @ residual)
+    u, s = _left_singular(residual)
+    scale = float(e.norm(dim=0).max())
+    keep = int((s > rel_tol * scale).sum()) if scale > 0 else 0
+    return torch.cat([q, u[:, :keep]], dim=1)
