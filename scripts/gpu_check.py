@@ -8,7 +8,8 @@
    constants), so the full product, 324 cases (--full), costs about a thousand compilations.
    The default is a covering design of 54, plus one case per dtype and width beyond the square
    attention (N_k = N_q + 37 keys under the causal mask aligned to the end, as in decoding, and a key
-   padding mask on the last batch row): 63. The 54: for every dtype and width, all six RoPE x sink
+   padding mask on the last batch row), plus one case per dtype with a general mask (boolean in bf16
+   and fp32, additive in fp16, on top of the causal mask): 66. The 54: for every dtype and width, all six RoPE x sink
    settings, with causal, the GQA ratio and the length rotated among them so that each dtype
    and width meets both causal settings, all three ratios and all four lengths, and each
    ratio x causal pair occurs with every RoPE setting somewhere. Per case, for the forward output, the
@@ -91,8 +92,10 @@ UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 RULE_FACTOR = 2.0
 TARGET_SECONDS = 480  # the issue's budget for the whole command on an H100/H200 (not yet measured)
 HEADER = ["dtype", "head_dim", "heads", "kv_heads", "tokens", "causal", "rope_fraction", "sink", "quantity",
-          "err_attnid", "err_pytorch", "floor", "bound", "key_tokens", "padded", "ok"]
+          "err_attnid", "err_pytorch", "floor", "bound", "key_tokens", "padded", "mask", "ok"]
 BEYOND_KEYS = 37  # the extra case of each cell: N_k = N_q + 37 keys (decoding), the last batch row padded
+MASKS = ("boolean", "additive")  # a general mask (B, 1, N_q, N_k) on top of the causal one
+MASK_CASES = {"bf16": "boolean", "fp16": "additive", "fp32": "boolean"}  # the mask case of each dtype
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class Case:
     sink: bool
     key_tokens: int = 0  # N_k; 0: the same as tokens (N_q)
     padded: bool = False  # a key padding mask: the last batch row sees only N_k // 2 + 1 keys
+    mask: str = ""  # a general mask (MASKS): boolean (each pair kept with probability 3/4) or additive (N(0, 1) scores)
 
     @property
     def keys(self) -> int:
@@ -134,8 +138,11 @@ def correctness_cases(smoke: bool, full: bool = False) -> list[Case]:
         n_q = tokens[cell % len(tokens)]
         cases.append(Case(dt, d, heads, heads // ratios[cell % len(ratios)], n_q, True, ROPE_FRACTIONS[cell % 3],
                           bool(cell % 2), n_q + BEYOND_KEYS, True))
+    for i, dt in enumerate(dtypes):  # a general mask: one case per dtype, the middle width and ratio
+        cases.append(Case(dt, widths[len(widths) // 2], heads, heads // ratios[len(ratios) // 2], tokens[-1 - i % 2],
+                          bool(i % 2 == 0), ROPE_FRACTIONS[1], bool(i % 2), mask=MASK_CASES.get(dt, MASKS[i % 2])))
     if smoke:  # a spread-out subset of the one cell: every length, both causal settings, RoPE and sink on and off
-        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + [cases[-1]]
+        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + [cases[-2], cases[-1]]
     return cases
 
 
@@ -260,6 +267,12 @@ def check_case(case: Case, smoke: bool) -> list[list]:
     options = dict(causal=case.causal, rope_fraction=case.rope_fraction)
     if case.padded:  # the last batch row sees only its first nk // 2 + 1 keys
         options["key_lengths"] = torch.tensor([nk] * (b - 1) + [nk // 2 + 1], device=device)
+    if case.mask == "boolean":  # every pair kept with probability 3/4, the last key always (no row left empty)
+        keep = torch.rand(b, 1, n, nk, generator=gen) < 0.75
+        keep[..., -1] = True
+        options["mask"] = keep.to(device)
+    elif case.mask == "additive":
+        options["mask"] = torch.randn(b, 1, n, nk, generator=gen, dtype=torch.float64).to(device, dtype)
 
     def ours(*xs: torch.Tensor) -> torch.Tensor:
         x = dict(zip(names, xs, strict=True))
@@ -298,11 +311,11 @@ def compare(case: Case, quantity: str, got, base, ref) -> list:
     ok = math.isfinite(err_ours) and err_ours <= bound
     return [case.dtype, case.head_dim, case.heads, case.kv_heads, case.tokens, case.causal, case.rope_fraction,
             case.sink, quantity, f"{err_ours:.3e}", f"{err_base:.3e}", f"{floor:.3e}", f"{bound:.3e}", case.keys,
-            case.padded, ok]
+            case.padded, case.mask, ok]
 
 
 def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope_base: float = 10000.0,
-                      key_lengths=None):
+                      key_lengths=None, mask=None):
     """PyTorch's attention in the dtype of q: RoPE (float32, then cast), repeated key/value heads, SDPA.
 
     The sink enters as one more key whose score is the sink logit (a zero key plus that logit as an
@@ -320,14 +333,18 @@ def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope
     q = apply_rope(torch.cat([front, q], dim=2).float(), rope_dims, rope_base)[:, :, shift:].to(dtype)
     k = apply_rope(k.float(), rope_dims, rope_base).to(dtype)
     k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
-    if sink is None and not shift and key_lengths is None:
+    if sink is None and not shift and key_lengths is None and mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     hidden = torch.zeros(b, 1, n, nk, dtype=torch.bool, device=q.device)
     if causal:  # SDPA's is_causal aligns to the start; the kernels' mask is aligned to the end
         hidden = hidden | torch.ones(n, nk, dtype=torch.bool, device=q.device).triu(1 + shift)
     if key_lengths is not None:
         hidden = hidden | (torch.arange(nk, device=q.device) >= key_lengths.reshape(b, 1, 1, 1))
+    if mask is not None and mask.dtype == torch.bool:
+        hidden = hidden | ~mask
     scores_mask = additive_mask(hidden, dtype).expand(b, h, n, nk)
+    if mask is not None and mask.dtype != torch.bool:
+        scores_mask = scores_mask + mask.to(dtype)
     if sink is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=scores_mask)
     k = torch.cat([k, k.new_zeros(b, h, 1, d)], dim=2)
@@ -350,7 +367,7 @@ def print_correctness(rows: list[list]) -> None:
             print("FAILED:", dict(zip(HEADER, r, strict=True)))
 
 
-assert [f.name for f in fields(Case)] == HEADER[:8] + HEADER[-3:-1]  # the CSV columns name the case fields
+assert [f.name for f in fields(Case)] == HEADER[:8] + HEADER[-4:-1]  # the CSV columns name the case fields
 
 if __name__ == "__main__":
     sys.exit(main())
