@@ -174,16 +174,21 @@ def test_a_qk_norm_layout_has_no_dead_key_bias_and_a_position_table_adds_its_tra
     assert ts.outside_attention_dimensions(learned)["embed/pos"] == 7
 
 
+def _orbit_and_moves(spec: tm.TextModelSpec, seed: int):
+    """Layer 0 of a random float64 model: its parameters, its orbit's directions and its mean-direction moves."""
+    attn = tm.layer_attention(tm.init_model(spec, torch.Generator().manual_seed(seed), torch.float64), 0)
+    orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, spec.attention)]
+    extra = [d for _, d in modelsym.input_output_directions(attn, spec.attention, *ts.invariant_subspaces(spec))]
+    return attn, orbit, extra
+
+
 def _union_rank(directions, params) -> int:
     return numerical_rank(torch.linalg.svdvals(torch.stack([flatten(d) for d in directions], dim=1)))
 
 
 @pytest.mark.parametrize("spec", [TINY, TINY_QKV], ids=["gqa-rope-qkvo", "mha-qkv"])
 def test_the_model_basis_is_orthonormal_and_spans_the_union_of_orbit_and_moves(spec) -> None:
-    params = tm.init_model(spec, torch.Generator().manual_seed(5), torch.float64)
-    attn = tm.layer_attention(params, 0)
-    orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, spec.attention)]
-    extra = [d for _, d in modelsym.input_output_directions(attn, spec.attention, *ts.invariant_subspaces(spec))]
+    attn, orbit, extra = _orbit_and_moves(spec, seed=5)
     basis = modelsym.model_basis(orbit, extra, attn)
     assert basis.shape[1] == _union_rank(orbit + extra, attn)
     assert torch.allclose(basis.T @ basis, torch.eye(basis.shape[1], dtype=basis.dtype), atol=1e-12)
@@ -194,10 +199,7 @@ def test_the_model_basis_is_orthonormal_and_spans_the_union_of_orbit_and_moves(s
 
 
 def test_a_failed_divide_and_conquer_svd_falls_back_to_the_qr_factor(monkeypatch) -> None:
-    params = tm.init_model(TINY, torch.Generator().manual_seed(6), torch.float64)
-    attn = tm.layer_attention(params, 0)
-    orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, TINY.attention)]
-    extra = [d for _, d in modelsym.input_output_directions(attn, TINY.attention, *ts.invariant_subspaces(TINY))]
+    attn, orbit, extra = _orbit_and_moves(TINY, seed=6)
     expected = modelsym.model_basis(orbit, extra, attn)
     svd, calls = torch.linalg.svd, []
 
