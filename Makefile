@@ -63,7 +63,7 @@ test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
 	$(PY) -m pytest tests --ignore=tests/browser -m "not slow"
 
-test-browser: book browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots)
+test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots), and check the printed PDF
 	$(PY) -m pytest -p no:cacheprovider tests/browser
 
 # Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.
@@ -96,10 +96,11 @@ book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stor
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 	@echo "book: $(abspath _build/html/index.html)"
 
-pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF: one-page HTML build, printed by headless Chromium -> _build/pdf/book.pdf
+pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF (cover, contents, bookmarks): one-page HTML build, printed by headless Chromium -> _build/pdf/book.pdf (and _build/html/book.pdf, which the landing page links)
 	rm -rf _build/singlehtml
 	$(VENV)/bin/jupyter-book build . --builder singlehtml $(BOOK_FLAGS)
-	$(PY) scripts/print_pdf.py _build/singlehtml/index.html _build/pdf/book.pdf
+	$(PY) scripts/print_pdf.py _build/singlehtml/intro.html _build/pdf/book.pdf
+	@if [ -d _build/html ]; then cp _build/pdf/book.pdf _build/html/book.pdf; fi
 
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
 	$(PY) scripts/bench_attention.py $(ARGS)
