@@ -7,8 +7,8 @@ lets the book's own MathJax typeset it, and lays it out for A4 paper before prin
   link to every chapter and section;
 - every chapter starts on a **new page**; a code cell, a figure, a table or an equation is not
   split over two pages when it fits on one;
-- paper cannot scroll, so anything wider than the column (an equation MathJax could not break,
-  a table, a figure, a code line) is **scaled down to fit** (text by its font size, pictures by
+- paper cannot scroll, so anything wider than the column (a display equation, laid out whole
+  rather than broken at every operator as MathJax does on a screen, a table, a figure, a code line) is **scaled down to fit** (text by its font size, pictures by
   their width), to no less than ``MIN_ZOOM`` of its size; text outputs and code wrap;
 - the contents give each entry's page, and the PDF gets **bookmarks** for the same entries.
 
@@ -129,6 +129,19 @@ PREPARE_JS = """
   article.prepend(nav);
   article.prepend(cover);
   return [chapters.length, listed];
+}
+"""
+
+# MathJax 4 breaks a display wider than the screen's column at every operator it can (an aligned
+# block of MLA's equations becomes a column of fragments): on paper, lay every display out whole
+# again, so that FIT_JS scales it to the column or refuses it.
+UNBREAK_JS = """
+() => {
+  if (!(window.MathJax && MathJax.startup && MathJax.startup.document)) return null;
+  const doc = MathJax.startup.document;
+  doc.outputJax.options.displayOverflow = 'overflow';
+  if (doc.outputJax.options.linebreaks) doc.outputJax.options.linebreaks.inline = false;
+  return doc.rerenderPromise();
 }
 """
 
@@ -304,6 +317,7 @@ def print_book(source: Path, target: Path) -> PdfReport:
             _typeset(page)
             page.emulate_media(media="print")
             page.add_style_tag(content=PRINT_CSS)
+            page.evaluate(UNBREAK_JS)
             chapters, entries = page.evaluate(PREPARE_JS)
             fitted, too_wide = page.evaluate(FIT_JS, [COLUMN_PX, MIN_ZOOM])
             problems = too_wide + page.evaluate(CLIPPED_JS, [COLUMN_PX])
