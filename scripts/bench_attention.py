@@ -168,11 +168,11 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
     rows: list[list] = []
 
     def record(pass_: str, impl: str, rope: bool, fn: Callable[[], object] | None, note: str = "", *,
-               n_k: int = n, mask: str = "none") -> None:
+               n_k: int = n, mask: str = "none", batch: int = b, heads: int = h, kv_heads: int = g) -> None:
         ms: float | str = ""
         tflops: float | str = ""
         peak: float | str = ""
-        flops = 4 * b * h * n * n_k * d / (2 if causal else 1)
+        flops = 4 * batch * heads * n * n_k * d / (2 if causal else 1)
         if fn is not None:
             try:
                 ms = time_ms(fn)
@@ -181,7 +181,7 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
                 ms = round(ms, 4)
             except (RuntimeError, ValueError, TypeError) as err:  # a backend that rejects this shape
                 note = "unsupported: " + str(err).splitlines()[0][:80].replace(",", ";")
-        rows.append([pass_, impl, b, h, g, n, n_k, d, causal, rope, mask, ms, tflops, peak, note])
+        rows.append([pass_, impl, batch, heads, kv_heads, n, n_k, d, causal, rope, mask, ms, tflops, peak, note])
 
     check_against_reference(q, k, v, causal, device)
     # Every implementation is a function of (q, k, v): timed as is for the forward, and through
@@ -206,13 +206,21 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
     math_fn = functools.partial(sdpa, backend=SDPBackend.MATH, causal=causal)
     record("jvp", "torch.func.jvp-sdpa-math", False,
            (lambda: torch.func.jvp(math_fn, (q, k, v), (tq, tk, tv))) if fits else None, "" if fits else no_fit)
+    small = None if fits else smaller_math_shape(h, g, n, lambda heads: math_backend_fits(1, heads, n, device))
+    if small is not None:  # the math backend at batch 1 and fewer heads, and ours at the same shape beside it
+        hs, gs = small
+        part = [x[:1, :width].contiguous() for x, width in zip((q, k, v, tq, tk, tv), (hs, gs, gs, hs, gs, gs))]
+        why = "batch 1 and fewer heads: the math backend's score matrices fit"
+        for impl, fn in (("attnid-triton", lambda: attention_jvp(*part, causal=causal, backend="triton")),
+                         ("torch.func.jvp-sdpa-math", lambda: torch.func.jvp(math_fn, tuple(part[:3]), tuple(part[3:])))):
+            record("jvp", impl, False, fn, why, batch=1, heads=hs, kv_heads=gs)
     ours_fn = functools.partial(ours, causal=causal, rope=False)
     record("hvp", "attnid-triton", False, hvp_of(ours_fn, (q, k, v), (tq, tk, tv)))
     record("hvp", "torch.func-sdpa-math", False, hvp_of(math_fn, (q, k, v), (tq, tk, tv)) if fits else None,
            "" if fits else no_fit)
     peer, why = peer_attention(causal)
     if peer is not None and g < h:  # the package has no GQA: its keys and values are repeated to H heads, untimed
-        why = "k and v repeated to H heads (the package has no GQA)"
+        why += "; k and v repeated to H heads (the package has no GQA)"
     ke, ve, tke, tve = (x.repeat_interleave(h // g, dim=1) for x in (k, v, tk, tv)) if peer else (k, v, tk, tv)
     record("jvp", PEER, False, (lambda: torch.func.jvp(peer, (q, ke, ve), (tq, tke, tve))) if peer else None, why)
     record("hvp", PEER, False, hvp_of(peer, (q, ke, ve), (tq, tke, tve)) if peer else None, why)
@@ -267,6 +275,7 @@ def hvp_of(forward: Callable | None, primals: tuple, tangents: tuple) -> Callabl
 def peer_attention(causal: bool) -> tuple[Callable | None, str]:
     """The peer package's attention(q, k, v, causal=...) (0.14.0: keys and values with H heads), or None and why not."""
     import importlib
+    import importlib.metadata
     import inspect
 
     try:
@@ -274,11 +283,12 @@ def peer_attention(causal: bool) -> tuple[Callable | None, str]:
     except ImportError:
         return None, f"skipped: {PEER} is not installed (pip install {PEER})"
     fn = module.attention
+    version = f"{PEER} {importlib.metadata.version(PEER)}"  # in the note: the sidecar records torch and triton only
     if "causal" in inspect.signature(fn).parameters:
-        return functools.partial(fn, causal=causal), ""
+        return functools.partial(fn, causal=causal), version
     if causal:
-        return None, f"skipped: this version of {PEER} has no causal mask"
-    return fn, ""
+        return None, f"skipped: {version} has no causal mask"
+    return fn, version
 
 
 def ours(q, k, v, *, causal: bool, rope: bool):
@@ -343,6 +353,17 @@ def backward_of(forward: Callable, q, k, v) -> Callable[[], object]:
         return lambda: forward(q, k, v)  # the forward itself is rejected: timing it records the reason
     cotangent = torch.randn_like(out)
     return lambda: torch.autograd.grad(out, leaves, cotangent, retain_graph=True)
+
+
+def smaller_math_shape(h: int, g: int, n: int, fits: Callable[[int], bool]) -> tuple[int, int] | None:
+    """(heads, kv_heads) at batch 1, halving the heads from H, with the same query heads per key/value head,
+    for which ``fits(heads)`` holds (the math backend's score matrices fit); None when not even one head fits."""
+    heads = h
+    while heads >= 1:
+        if fits(heads):
+            return heads, max(1, heads * g // h)
+        heads //= 2
+    return None
 
 
 def math_backend_fits(b: int, h: int, n: int, device) -> bool:

@@ -58,3 +58,12 @@ def test_smoke_run_covers_cross_attention_padding_and_the_peer(capsys: pytest.Ca
     assert all(float(r["median_ms"]) > 0 and r["note"] == "" for r in ours), [r for r in ours if r["note"]]
     peer = [r for r in rows if r["implementation"] == "jvp_flash_attention"]
     assert peer and all(r["median_ms"] or r["note"].startswith("skipped") for r in peer)
+
+
+def test_the_math_baseline_shrinks_to_a_shape_whose_scores_fit() -> None:
+    bench = load_script()
+    # fits(heads) stands for "3 B H N^2 float32 values under half the free memory" at batch 1
+    assert bench.smaller_math_shape(32, 8, 8192, lambda heads: heads <= 4) == (4, 1)
+    assert bench.smaller_math_shape(32, 32, 8192, lambda heads: heads <= 8) == (8, 8)
+    assert bench.smaller_math_shape(32, 8, 8192, lambda heads: True) == (32, 8)
+    assert bench.smaller_math_shape(32, 8, 8192, lambda heads: False) is None

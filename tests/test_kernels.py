@@ -547,3 +547,68 @@ def test_the_reference_differentiates_an_additive_mask(gen: torch.Generator) -> 
     bias = torch.randn(1, 2, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     attention(q, k, v, mask=bias, backend="reference").sum().backward()
     assert bias.grad is not None and bias.grad.abs().max() > 0
+
+
+# ---- the transforms of issue 30 item 1 on the calls of items 2 and 3 (masks, N_q != N_k), not only square ones
+
+
+UNEQUAL = {  # (N_q, N_k, options): fewer queries under an end-aligned causal mask, more queries, masks
+    "N_q < N_k, causal, boolean mask": (5, 11, "boolean, an empty row"),
+    "N_q > N_k, additive mask": (9, 4, "additive"),
+    "N_q < N_k, key padding, sink": (4, 9, "key padding, sink"),
+}
+
+
+def _unequal_options(which: str, gen: torch.Generator, b: int, h: int, nq: int, nk: int) -> dict:
+    keep = torch.rand(b, 1, nq, nk, generator=gen) > 0.3
+    keep[0, 0, 1, :] = False
+    return {"boolean, an empty row": dict(mask=keep, causal=True),
+            "additive": dict(mask=torch.randn(b, h, nq, nk, generator=gen)),
+            "key padding, sink": dict(key_lengths=torch.tensor([nk, 3]), sink=torch.randn(h, generator=gen))}[which]
+
+
+@pytest.mark.parametrize("name", list(UNEQUAL))
+def test_every_transform_with_masks_and_unequal_lengths_matches_float64(name: str, gen: torch.Generator) -> None:
+    nq, nk, which = UNEQUAL[name]
+    b, h, g, d = 2, 2, 1, 16
+    kw = _unequal_options(which, gen, b, h, nq, nk)
+    kw64 = {n: (t.double() if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t) for n, t in kw.items()}
+    xs = (torch.randn(b, h, nq, d, generator=gen), torch.randn(b, g, nk, d, generator=gen), torch.randn(b, g, nk, d, generator=gen))
+    ts = tuple(torch.randn(x.shape, generator=gen) for x in xs)
+    x64, t64 = tuple(x.double() for x in xs), tuple(t.double() for t in ts)
+    loss = lambda backend, opts: (lambda q, k, v: (torch.sin(attention(q, k, v, backend=backend, **opts)) ** 2).sum())
+    args = (0, 1, 2)
+    for i, (a, r) in enumerate(zip(torch.func.grad(loss("triton", kw), argnums=args)(*xs),
+                                   torch.func.grad(loss("reference", kw64), argnums=args)(*x64), strict=True)):
+        assert_close(a, r, f"{name}: grad {i}")
+    stack = torch.randn(2, *xs[2].shape, generator=gen)  # vmap over values: the mask stays as it is
+    per_v = torch.func.vmap(torch.func.grad(loss("triton", kw), argnums=2), in_dims=(None, None, 0))(*xs[:2], stack)
+    for i in range(2):
+        assert_close(per_v[i], torch.func.grad(loss("reference", kw64), argnums=2)(*x64[:2], stack[i].double()),
+                     f"{name}: vmap(grad), slice {i}")
+    hvp = lambda backend, opts, p, t: torch.func.jvp(torch.func.grad(loss(backend, opts), argnums=args), p, t)[1]
+    expected = hvp("reference", kw64, x64, t64)
+    for i, (a, r) in enumerate(zip(hvp("triton", kw, xs, ts), expected, strict=True)):
+        assert_close(a, r, f"{name}: jvp(grad) {i}")
+    leaves = [x.clone().requires_grad_() for x in xs]
+    first = torch.autograd.grad(loss("triton", kw)(*leaves), leaves, create_graph=True)
+    for i, (a, r) in enumerate(zip(torch.autograd.grad(sum((f * t).sum() for f, t in zip(first, ts)), leaves),
+                                   expected, strict=True)):
+        assert_close(a, r, f"{name}: double backward {i}")
+    small = lambda backend, opts, k, v: (lambda q: loss(backend, opts)(q, k, v))  # the Hessian in q of one batch row
+    one = {n: (t[:1] if isinstance(t, torch.Tensor) and t.dim() == 4 else t[:1] if n == "key_lengths" else t)
+           for n, t in kw.items()}
+    one64 = {n: (t.double() if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t) for n, t in one.items()}
+    q1 = xs[0][:1, :, :3]
+    if "mask" in one:
+        one["mask"], one64["mask"] = one["mask"][:, :, :3], one64["mask"][:, :, :3]
+    if one.get("causal"):  # the end-aligned mask of 3 queries is the last 3 rows of N_q: keep the shapes consistent
+        one["causal"] = one64["causal"] = False
+    assert_close(torch.func.hessian(small("triton", one, xs[1][:1], xs[2][:1]))(q1),
+                 torch.func.hessian(small("reference", one64, x64[1][:1], x64[2][:1]))(q1.double()), f"{name}: hessian")
+
+
+def test_the_variant_harness_the_appendix_runs_is_within_the_tolerance(gen: torch.Generator) -> None:
+    errors = check.variant_errors(gen)
+    assert len(errors) == 5 and all(len(e) >= 8 for e in errors.values())  # out, 3 gradients, tangent, 3 HVPs
+    assert all(err <= TOL for e in errors.values() for err in e.values()), errors
