@@ -8,8 +8,9 @@
    constants), so the full product, 324 cases (--full), costs about a thousand compilations.
    The default is a covering design of 54, plus one case per dtype and width beyond the square
    attention (N_k = N_q + 37 keys under the causal mask aligned to the end, as in decoding, and a key
-   padding mask on the last batch row), plus one case per dtype with a general mask (boolean in bf16
-   and fp32, additive in fp16, on top of the causal mask): 66. The 54: for every dtype and width, all six RoPE x sink
+   padding mask on the last batch row), plus one cross-attention case per dtype (N_k = N_q // 3 keys, no
+   causal mask), plus one case per dtype with a general mask (boolean in bf16 and fp32, additive in fp16,
+   on top of the causal mask, each dtype at another width): 69. The 54: for every dtype and width, all six RoPE x sink
    settings, with causal, the GQA ratio and the length rotated among them so that each dtype
    and width meets both causal settings, all three ratios and all four lengths, and each
    ratio x causal pair occurs with every RoPE setting somewhere. Per case, for the forward output, the
@@ -138,11 +139,15 @@ def correctness_cases(smoke: bool, full: bool = False) -> list[Case]:
         n_q = tokens[cell % len(tokens)]
         cases.append(Case(dt, d, heads, heads // ratios[cell % len(ratios)], n_q, True, ROPE_FRACTIONS[cell % 3],
                           bool(cell % 2), n_q + BEYOND_KEYS, True))
-    for i, dt in enumerate(dtypes):  # a general mask: one case per dtype, the middle width and ratio
-        cases.append(Case(dt, widths[len(widths) // 2], heads, heads // ratios[len(ratios) // 2], tokens[-1 - i % 2],
+    for i, dt in enumerate(dtypes):  # cross-attention: more queries than keys (no causal mask, no RoPE: both refused)
+        n_q = tokens[-1 - i % 2]
+        cases.append(Case(dt, widths[-1 - i % len(widths)], heads, heads // ratios[i % len(ratios)], n_q, False, 0.0,
+                          bool(i % 2 == 0), max(n_q // 3, 1)))
+    for i, dt in enumerate(dtypes):  # a general mask: one case per dtype, each at another width (masked kernel variants)
+        cases.append(Case(dt, widths[i % len(widths)], heads, heads // ratios[len(ratios) // 2], tokens[-1 - i % 2],
                           bool(i % 2 == 0), ROPE_FRACTIONS[1], bool(i % 2), mask=MASK_CASES.get(dt, MASKS[i % 2])))
     if smoke:  # a spread-out subset of the one cell: every length, both causal settings, RoPE and sink on and off
-        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + [cases[-2], cases[-1]]
+        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + cases[-1 - len(dtypes):]
     return cases
 
 

@@ -68,11 +68,15 @@ def test_the_gpu_cases_cover_every_setting() -> None:
     combos = {(c.dtype, c.head_dim, c.heads // c.kv_heads, c.causal, c.rope_fraction, c.sink) for c in full}
     assert len(full) == len(combos) == 3 * 3 * 3 * 2 * 3 * 2
     cases = gpu.correctness_cases(smoke=False)
-    assert len(cases) == len(set(cases)) == 54 + 9 + 3  # the covering design, one case beyond the square per cell,
+    assert len(cases) == len(set(cases)) == 54 + 9 + 3 + 3  # the covering design, one case beyond the square per cell,
     masked = [c for c in cases if c.mask]  # and one general mask per dtype
     assert {(c.dtype, c.mask) for c in masked} == {("bf16", "boolean"), ("fp16", "additive"), ("fp32", "boolean")}
-    assert {c.causal for c in masked} == {False, True}
+    assert {c.causal for c in masked} == {False, True} and {c.head_dim for c in masked} == {64, 128, 256}
     cases = [c for c in cases if not c.mask]
+    cross = [c for c in cases if c.key_tokens and c.keys < c.tokens]  # and one cross-attention case per dtype
+    assert {c.dtype for c in cross} == {"bf16", "fp16", "fp32"} and {c.head_dim for c in cross} == {64, 128, 256}
+    assert not any(c.causal or c.rope_fraction for c in cross)
+    cases = [c for c in cases if c not in cross]
     beyond = [c for c in cases if c.key_tokens]
     assert len(beyond) == 9 and all(c.keys > c.tokens and c.causal and c.padded for c in beyond)
     assert {(c.dtype, c.head_dim) for c in beyond} == {(d, w) for d in ("bf16", "fp16", "fp32") for w in (64, 128, 256)}
