@@ -147,7 +147,8 @@ def correctness_cases(smoke: bool, full: bool = False) -> list[Case]:
         cases.append(Case(dt, widths[i % len(widths)], heads, heads // ratios[len(ratios) // 2], tokens[-1 - i % 2],
                           bool(i % 2 == 0), ROPE_FRACTIONS[1], bool(i % 2), mask=MASK_CASES.get(dt, MASKS[i % 2])))
     if smoke:  # a spread-out subset of the one cell: every length, both causal settings, RoPE and sink on and off
-        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + cases[-1 - len(dtypes):]
+        # ... and the last case beyond the square (decoding, padding), the cross-attention and the mask case
+        cases = [cases[i] for i in (0, 3, 4, 5)][:SMOKE_CASES] + [cases[-1 - 2 * len(dtypes)]] + cases[-2 * len(dtypes):]
     return cases
 
 
@@ -334,9 +335,10 @@ def pytorch_attention(q, k, v, sink, *, causal: bool, rope_fraction: float, rope
 
     dtype, (b, h, n, d), g, nk = q.dtype, q.shape, k.shape[1], k.shape[2]
     rope_dims, shift = round(rope_fraction * d), nk - n  # queries aligned to the end of the keys
-    front = q.new_zeros(b, h, shift, d)  # RoPE at positions shift..nk-1: rotate behind a zero front, drop it
-    q = apply_rope(torch.cat([front, q], dim=2).float(), rope_dims, rope_base)[:, :, shift:].to(dtype)
-    k = apply_rope(k.float(), rope_dims, rope_base).to(dtype)
+    if rope_dims:  # RoPE at positions shift..nk-1: rotate behind a zero front, drop it (the kernels refuse shift < 0)
+        front = q.new_zeros(b, h, shift, d)
+        q = apply_rope(torch.cat([front, q], dim=2).float(), rope_dims, rope_base)[:, :, shift:].to(dtype)
+        k = apply_rope(k.float(), rope_dims, rope_base).to(dtype)
     k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
     if sink is None and not shift and key_lengths is None and mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -122,6 +122,7 @@ def test_smoke_run_checks_every_quantity_and_benchmarks_outside_data() -> None:
                                               "hvp_q", "hvp_k", "hvp_v", "hvp_sink"}
     assert all(r["ok"] == "True" and float(r["err_attnid"]) <= float(r["bound"]) for r in rows)
     assert any(int(r["key_tokens"]) > int(r["tokens"]) and r["padded"] == "True" for r in rows)  # beyond the square
+    assert any(int(r["key_tokens"]) < int(r["tokens"]) for r in rows)  # cross-attention: more queries than keys
     assert {r["causal"] for r in rows} == {"True", "False"} and {r["sink"] for r in rows} == {"True", "False"}
     assert {r["rope_fraction"] for r in rows} == {"0.0", "0.5", "1.0"} and "1" in {r["tokens"] for r in rows}
     seen = {(r["pass"], r["implementation"]) for r in csv.DictReader(attention.open())}
