@@ -17,7 +17,9 @@ the parameters the loss cannot see. Scaling the whole residual stream would be i
 the norm's eps = 1e-5: weakly identified, not counted. tests/test_modelsym.py checks every count
 against the rank of the model's Jacobian on small copies of the model.
 
-``attnid.textmodel.train_text`` measures its shares and dead parameters with these functions.
+(``attnid.textmodel.train_text`` still measures shares against the layer's orbit only and records
+the dead key bias alone: changing it makes the real-text experiment's data stale, so it moves to
+these functions together with that experiment's next run.)
 """
 
 from __future__ import annotations
