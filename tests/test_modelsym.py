@@ -92,7 +92,7 @@ def test_every_claimed_move_leaves_the_text_model_unchanged() -> None:
     tokens = torch.randint(0, tm.VOCAB, (3, TINY.seq_len), generator=torch.Generator().manual_seed(7))
     attn = tm.layer_attention(params, 1)
     base = torch.log_softmax(tm.logits(params, tokens, TINY), -1)
-    for label, d in modelsym.input_output_directions(attn, TINY.attention, *ts.invariant_subspaces(TINY)):
+    for label, d in modelsym.input_output_directions(attn, TINY.attention, *tm.invariant_subspaces(TINY)):
         moved = dict(params, **{tm.attention_prefix(1) + n: attn[n] + 3.0 * d[n] for n in attn})
         assert torch.allclose(torch.log_softmax(tm.logits(moved, tokens, TINY), -1), base, rtol=0, atol=1e-12), label
 
@@ -164,7 +164,7 @@ def test_affine_inputs_give_the_biases_the_layer_may_lack_and_the_jacobian_agree
 def test_a_qk_norm_layout_has_no_dead_key_bias_and_a_position_table_adds_its_trade() -> None:
     spec = AttentionSpec.create(8, 2, bias="qkvo", qk_norm="per-head")
     attn = tm.attention_init(spec, torch.Generator().manual_seed(0))
-    assert ts.dead_key_bias(attn, spec).numel() == 0 and "key_bias" not in ts.dead_parts(attn, spec)
+    assert tm.dead_key_bias(attn, spec).numel() == 0 and "key_bias" not in tm.dead_parts(attn, spec)
     learned = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, seq_len=6)
     params = tm.init_model(learned, torch.Generator().manual_seed(1), torch.float64)
     tokens = torch.randint(0, tm.VOCAB, (4, 6), generator=torch.Generator().manual_seed(2))
@@ -178,7 +178,7 @@ def _orbit_and_moves(spec: tm.TextModelSpec, seed: int):
     """Layer 0 of a random float64 model: its parameters, its orbit's directions and its mean-direction moves."""
     attn = tm.layer_attention(tm.init_model(spec, torch.Generator().manual_seed(seed), torch.float64), 0)
     orbit = [d for _, d in modelsym.sym.labelled_tangent_directions(attn, spec.attention)]
-    extra = [d for _, d in modelsym.input_output_directions(attn, spec.attention, *ts.invariant_subspaces(spec))]
+    extra = [d for _, d in modelsym.input_output_directions(attn, spec.attention, *tm.invariant_subspaces(spec))]
     return attn, orbit, extra
 
 

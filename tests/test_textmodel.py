@@ -125,8 +125,16 @@ def test_a_tiny_training_run_lowers_the_validation_loss_and_records_its_measurem
     assert [(s, layer) for s, layer, _ in hist.shares] == [(0, 0), (0, 1), (20, 0), (20, 1)]
     assert all(0 <= sh["total"] <= 1 for _, _, sh in hist.shares)
     assert all(len(row) == 10 for row in hist.drift) and hist.drift[-1][2] > 0
-    # float64 Adam: the dead key bias does not move (its gradient is round-off, far below eps)
-    assert all(beyond < 1e-9 for _, _, _, beyond, _ in hist.key_bias), hist.key_bias
+    # the model's shares hold the orbit's: each span inside 'model', so no share above the model's
+    assert all(sh["model"] >= max(sh["total"], sh["input"], sh["output"]) - 1e-12 for _, _, sh in hist.shares)
+    dead = {}
+    for _, _, part, _, beyond, _ in hist.dead:
+        dead.setdefault(part, []).append(beyond)
+    assert set(dead) == {"key_bias", "input_mean", "output_mean"}
+    # float64 Adam: the dead key bias does not move (its gradient is round-off, far below eps) ...
+    assert max(dead["key_bias"]) < 1e-9, dead["key_bias"]
+    # ... but the mean directions, sums of coordinates that Adam rescales one by one, do
+    assert min(max(dead["input_mean"]), max(dead["output_mean"])) > 1e-3, dead
     # balancing changes the parametrisation, not the function, at the moment it happens
     again = tm.train_text(SMALL, data, val, seed=0, steps=10, batch=8, optimiser="adam", lr=1e-2,
                           rebalance="balance", balance_every=10, eval_every=10, dtype=torch.float64)
@@ -178,3 +186,19 @@ def test_random_gradient_baseline_is_isotropic_noise_for_sgd_and_refuses_unknown
     assert all(sh["total"] < 1e-8 for _, _, sh in real.shares), real.shares
     with pytest.raises(ValueError, match="gradient"):
         tm.train_text(SMALL, data, val, seed=0, steps=1, batch=1, gradient="noise")
+
+
+@pytest.mark.slow
+def test_real_text_runs_give_the_same_bytes_on_one_or_two_workers() -> None:
+    # the experiment's own task function, float32, with shares, drift and dead parameters measured
+    from attnid.sweep import run_sweep
+
+    spec = tm.TextModelSpec.create(layers=1, d_model=16, heads=4, kv_heads=2, rope_fraction=0.5, seq_len=12)
+    settings = tuple(sorted(dict(steps=6, batch=4, optimiser="adamw", lr=1e-2, weight_decay=0.1, eval_every=3,
+                                 measure_every=3, shares_every=3).items()))
+    tasks = [tm.TextRun(spec, seed, "float32", 4, settings, "sympy", "plain") for seed in (2, 0, 1)]
+    one, two = run_sweep(tm.run_text, tasks, jobs=1), run_sweep(tm.run_text, tasks, jobs=2)
+    assert [repr(h) for h in one] == [repr(h) for h in two]
+    assert [h.shares[0][2]["model"] for h in one] != [one[0].shares[0][2]["model"]] * 3  # the seeds differ
+    with pytest.raises(ValueError, match="dtype"):
+        tm.TextRun(spec, 0, "bfloat16", 4, settings)

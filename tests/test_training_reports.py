@@ -75,7 +75,7 @@ def test_key_bias_settings_are_named_as_the_experiment_names_them():
 
 def rt_share(seed: int, step: int, share: float, arm: str = "plain", kind: str = "total", dim: int = 3) -> dict:
     return {"layer": "0", "kind": kind, "arm": arm, "seed": str(seed), "step": str(step), "share": str(share),
-            "chance": "0.25", "orbit_dim": str(dim), "params": "48"}
+            "chance": "0.25", "span_dim": str(dim), "params": "48"}
 
 
 def test_seed_medians_leave_out_step_zero():
@@ -90,7 +90,7 @@ def test_seed_medians_leave_out_step_zero():
 def test_shares_without_their_baseline_or_with_two_orbit_dimensions_are_refused():
     with pytest.raises(ValueError, match="random-gradient baseline"):
         RT.read_shares([rt_share(0, 0, 0.1)])
-    with pytest.raises(ValueError, match="orbit dimension"):
+    with pytest.raises(ValueError, match="span dimension"):
         RT.read_shares([rt_share(0, 0, 0.1), rt_share(1, 0, 0.1, dim=4)])
 
 
@@ -102,6 +102,46 @@ def test_rebalancing_verdict_follows_the_interval():
     assert s.median_difference == pytest.approx(-0.1) and s.wins == 8
     assert found["rt-rb-verdict"] == "lies below zero (balanced lower)" and found["rt-diverged"] == 0
     assert found["rt-rb-rel"] == pytest.approx(np.median([-0.1 / (2.0 + 0.01 * s) for s in range(8)]))
+
+
+def test_the_long_pair_and_the_plateau_rule():
+    run = {"SEEDS": [0, 1, 2], "STEPS": 10, "LONG_STEPS": 40, "PLATEAU_WINDOW": 20, "PLATEAU_NATS": 0.02, "TIE_NATS": 1e-3}
+    val = {("long-plain", s): {10: 3.0, 20: 2.0, 30: 1.995, 40: 1.99} for s in range(3)}
+    val |= {("long-balanced", s): {t: v + 0.1 for t, v in val["long-plain", s].items()} for s in range(3)}
+    found, s = RT.rebalance_findings(val, run, RT.Bootstrap(resamples=200), long=True)
+    assert found["rt-long-rb-median"] == pytest.approx(0.1) and found["rt-long-rb-losses"] == 3
+    plateau = RT.plateau_findings(val, run)
+    assert plateau["rt-plateau-fall"] == pytest.approx(0.01) and plateau["rt-plateau-reached"]
+    assert not RT.plateau_findings(val, run | {"PLATEAU_NATS": 0.005})["rt-plateau-reached"]
+    with pytest.raises(ValueError, match="multiple"):
+        RT.plateau_findings(val, run | {"PLATEAU_WINDOW": 25})
+
+
+def _drift_rows(arm: str, seed: int, ratio: float) -> list[dict]:
+    cols = dict(zip(RT.DRIFT_COLUMNS, ["1", "1", "1", "1", str(ratio), str(ratio), "1", "1"]))
+    return [{"arm": arm, "dtype": "float32", "seed": str(seed), "layer": "0", "step": str(t)} | cols for t in (0, 4)]
+
+
+def test_the_conservation_control_compares_sgd_with_adamw_by_seed():
+    rows = [r for s in range(4) for arm, ratio in (("plain", 0.5), ("sgd", 0.01 * (s + 1))) for r in _drift_rows(arm, s, ratio)]
+    drift = RT.read_steps(rows, RT.DRIFT_COLUMNS)
+    found = RT.control_findings(drift, "float32", range(4), 1, RT.Bootstrap(resamples=200))
+    assert found["rt-sgd-below"] == 4 and found["rt-sgd-ratio-max"] == pytest.approx(0.04)
+    assert found["rt-sgd-over-adamw"] == pytest.approx(np.median([0.02, 0.04, 0.06, 0.08]))
+    with pytest.raises(ValueError, match="different steps"):
+        RT.last_step(RT.read_steps(rows + [rows[0] | {"seed": "9", "step": "8"}], RT.DRIFT_COLUMNS))
+
+
+def test_dead_parts_are_read_per_part_and_both_precisions_reported():
+    rows = [{"arm": "plain", "dtype": dt, "seed": str(s), "layer": "0", "part": part, "step": str(t),
+             "moved": "0.1", "beyond_decay": str(b * (t + 1)), "rms_step_over_lr": str(b)}
+            for dt, b in (("float32", 1e-3), ("float64", 1e-9)) for part in ("key_bias", "input_mean")
+            for s in range(3) for t in (0, 9)]
+    dead = {part: RT.read_steps(rows, RT.DEAD_COLUMNS, part=part) for part in ("key_bias", "input_mean")}
+    found, table = RT.dead_findings(dead, "float32", {"LR": 0.01, "WEIGHT_DECAY": 0.1}, RT.Bootstrap(resamples=200))
+    assert found["rt-dead-key-bias-beyond32"] == pytest.approx(1e-2) and found["rt-dead-input-mean-beyond64-max"] == pytest.approx(1e-8)
+    assert found["rt-dead-key-bias-runs64"] == 3 and found["rt-dead-step"] == 10
+    assert "mean directions of W_Q, W_K, W_V" in table
 
 
 def test_a_bootstrap_finding_names_its_interval():

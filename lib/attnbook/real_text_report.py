@@ -1,4 +1,4 @@
-"""Chapter 13's report on the real-text runs: shares per part of the orbit, drift, the dead key bias, rebalancing.
+"""Chapter 13's report on the real-text runs: shares per part of the invisible subspace, drift, dead parameters, rebalancing.
 
 The runs are ``experiments/real_text.ipynb``'s (``data/experiments/real_text_*.csv``); no experiment
 imports this module, so editing it never makes their data stale. Every interval is the seeded
@@ -21,12 +21,16 @@ from attnid import stats
 
 from .tables import markdown_table
 
-NAMES = ("corpus", "loss", "shares", "drift", "key_bias")  # the tables: data/experiments/real_text_<name>.csv
-KIND_LABELS = {"total": "whole orbit", "query_key": "GL(d_k) part", "value_output": "GL(d_v) part",
-               "key_bias": "key-bias shift", "value_bias": "b_V/b_O trade"}
+NAMES = ("corpus", "loss", "shares", "drift", "dead")  # the tables: data/experiments/real_text_<name>.csv
+KIND_LABELS = {"model": "all the model cannot see", "total": "the layer's orbit", "query_key": "GL(d_k) part",
+               "value_output": "GL(d_v) part", "key_bias": "key-bias shift", "value_bias": "b_V/b_O trade",
+               "input": "mean: W_Q, W_K, W_V", "output": "mean: W_O, b_O"}
+DEAD_LABELS = {"key_bias": "dead key bias", "input_mean": "mean directions of W_Q, W_K, W_V",
+               "output_mean": "mean directions of W_O, b_O"}
 OPTIMISERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "SGD with momentum"}
 RUN_FIELDS = ("STEPS", "LAYERS", "D_MODEL", "HEADS", "KV_HEADS", "SEQ_LEN", "BATCH", "LR", "WEIGHT_DECAY",
-              "BALANCE_EVERY", "SHARES_EVERY", "MEASURE_EVERY", "VAL_WINDOWS", "TIE_NATS")
+              "BALANCE_EVERY", "SHARES_EVERY", "MEASURE_EVERY", "VAL_WINDOWS", "TIE_NATS", "CONTROL_LR", "LONG_STEPS",
+              "LONG_EVAL_EVERY", "PLATEAU_WINDOW", "PLATEAU_NATS")
 
 Row = Mapping[str, str]
 
@@ -60,6 +64,9 @@ def setup_findings(corpus: Row, run: Mapping[str, Any], boot: Bootstrap) -> dict
         "rt-mbytes": int(corpus["bytes"]) / 1e6, "rt-val-mbytes": int(corpus["validation_bytes"]) / 1e6,
         "rt-sha": corpus["sha256"][:16], "rt-seeds": len(run["SEEDS"]), "rt-f64-seeds": run["FLOAT64_SEEDS"]}
     found |= {"rt-" + key.lower().replace("_", "-"): run[key] for key in RUN_FIELDS}
+    window_bytes = run["BATCH"] * run["SEQ_LEN"] / int(corpus["train_bytes"])  # one step's share of a pass
+    found |= {"rt-passes": run["STEPS"] * window_bytes, "rt-long-passes": run["LONG_STEPS"] * window_bytes,
+              "rt-control-optimiser": OPTIMISERS[run["CONTROL_OPTIMISER"]]}
     return found | {"rt-optimiser": OPTIMISERS[run["OPTIMISER"]],
                     "rt-rope-dims": int(run["ROPE_FRACTION"] * run["D_MODEL"] // run["HEADS"]),
                     "rt-head-dim": run["D_MODEL"] // run["HEADS"], "rt-level": round(100 * boot.level)}
@@ -117,15 +124,32 @@ def read_shares(table: Sequence[Row]) -> Shares:
         arm = {"plain": sh.plain, "random-gradient": sh.noise}[r["arm"]]
         arm[part].append((int(r["seed"]), int(r["step"]), float(r["share"])))
         sh.chance[part] = float(r["chance"])
-        dims[r["kind"]].add(int(r["orbit_dim"]))
+        dims[r["kind"]].add(int(r["span_dim"]))
         params.add(int(r["params"]))
     if len(params) != 1 or any(len(v) != 1 for v in dims.values()):
-        raise ValueError(f"the orbit dimension or parameter count differs between rows: {params}, {dict(dims)}")
+        raise ValueError(f"the span dimension or parameter count differs between rows: {params}, {dict(dims)}")
     if set(sh.noise) != set(sh.plain):
         raise ValueError("every (layer, part) needs its random-gradient baseline")
     sh.orbit_dim = {k: v.pop() for k, v in dims.items()}
     sh.parameters = params.pop()
     return sh
+
+
+def span_findings(sh: Shares, outside: Mapping[str, int]) -> dict[str, Any]:
+    """The dimensions the model cannot see per attention layer (orbit, mean directions, all) and outside attention."""
+    dims, p = sh.orbit_dim, sh.parameters
+    return ({f"rt-u-{k.replace('_', '-')}": u for k, u in dims.items()} | {"rt-p": p}
+            | {"rt-chance-orbit": (dims["total"] / p) ** 0.5, "rt-chance-model": (dims["model"] / p) ** 0.5,
+               "rt-outside-total": sum(outside.values())})
+
+
+def span_markdown(sh: Shares, outside: Mapping[str, int]) -> str:
+    """Where the model's invariant directions are: per attention layer by kind, then each block outside attention."""
+    body = [["each attention layer", KIND_LABELS[k], str(sh.orbit_dim[k]), f"{(sh.orbit_dim[k] / sh.parameters) ** 0.5:.3f}"]
+            for k in ("total", "input", "output", "model")]
+    body += [[block, "mean directions" + (" and the logit shift" if block == "unembed" else ""), str(u), ""]
+             for block, u in outside.items()]
+    return markdown_table(["block", "directions", "dimension", "chance share"], body, right=(2, 3))
 
 
 def _tag(prefix: str, part: Part) -> str:
@@ -135,7 +159,7 @@ def _tag(prefix: str, part: Part) -> str:
 def share_findings(sh: Shares, layers: int, boot: Bootstrap) -> tuple[dict[str, Any], dict[Part, stats.PairedSummary]]:
     """The glued share values (per part: against chance and against the noise-fed arm), and plain minus noise-fed."""
     parts = sh.parts(layers)
-    found: dict[str, Any] = {"rt-p": sh.parameters} | {f"rt-u-{k}": u for k, u in sh.orbit_dim.items()}
+    found: dict[str, Any] = {}
     vs_noise = {}
     for part in parts:
         med, fed, chance = sh.seed_medians(part), sh.seed_medians(part, noise=True), sh.chance[part]
@@ -148,7 +172,7 @@ def share_findings(sh: Shares, layers: int, boot: Bootstrap) -> tuple[dict[str, 
                                              ntag + "-diff-high": s.high, ntag + "-lower": s.wins}
     below = sum(bool((sh.seed_medians(p) < sh.chance[p]).all()) for p in parts)
     above = sum(bool((sh.seed_medians(p) > sh.chance[p]).all()) for p in parts)
-    first = np.array([v for layer in range(layers) for _, s, v in sh.plain[layer, "total"] if s == 0])
+    first = np.array([v for layer in range(layers) for _, s, v in sh.plain[layer, "model"] if s == 0])
     later = sh.later
     found |= {"rt-share-combos": len(parts), "rt-share-all-below": below, "rt-share-all-above": above,
               "rt-share-verdict": "below" if below == len(parts) else "above" if above == len(parts) else "on both sides of",
@@ -180,13 +204,13 @@ def shares_markdown(sh: Shares, vs_noise: Mapping[Part, stats.PairedSummary]) ->
 
 
 def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
-    """Left: the whole orbit's share along training, every seed. Right: each part's median share per seed."""
+    """Top: the share on everything the model cannot see along training, every seed. Bottom: each part's median share per seed."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.0))
     ax = axes[0]
     for layer in range(layers):
-        part, steps = (layer, "total"), np.array(sh.steps) + 4 * layer
+        part, steps = (layer, "model"), np.array(sh.steps) + 4 * layer
         vals = sh.curves(part, seeds)
         ax.plot(np.repeat(steps[None], len(seeds), 0).ravel(), vals.ravel(), ".", color=f"C{layer}", alpha=0.35, ms=4)
         ax.plot(steps, np.median(vals, 0), "-", color=f"C{layer}", lw=1.5, label=f"layer {layer}, median")
@@ -196,8 +220,8 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
                    label=f"chance sqrt(u/P) = {sh.chance[part]:.3f}" if layer == 0 else None)
     ax.set(xlabel="step", ylabel="invisible share of the update")
     ax.set_ylim(0, None)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("whole orbit, every seed", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.set_title("everything the model cannot see, every seed", fontsize=9)
     ax = axes[1]
     kinds = [k for k in KIND_LABELS if (0, k) in sh.plain]
     for layer in range(layers):
@@ -210,10 +234,10 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
             ax.plot([x - 0.12, x + 0.12], [sh.chance[layer, kind]] * 2, "k-", lw=1.5,
                     label="chance" if (i, layer) == (0, 0) else None)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds], rotation=20, fontsize=8)
+    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("median share over steps > 0")
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title("each part of the orbit", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left", ncol=2)
+    ax.set_title("each part", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -222,32 +246,44 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
 
 DRIFT_COLUMNS = ("c_qk", "c_vo", "gram_qk", "gram_vo", "c_qk_beyond_decay", "c_vo_beyond_decay",
                  "gram_qk_beyond_decay", "gram_vo_beyond_decay")
-Run = tuple[str, int, int]  # (dtype, seed, layer)
+Run = tuple[str, str, int, int]  # (arm, dtype, seed, layer)
 
 
-def read_steps(table: Sequence[Row], columns: Sequence[str]) -> dict[Run, dict[int, tuple[float, ...]]]:
-    """(dtype, seed, layer) -> {step: the values of ``columns``}."""
+def read_steps(table: Sequence[Row], columns: Sequence[str], part: str | None = None) -> dict[Run, dict[int, tuple[float, ...]]]:
+    """(arm, dtype, seed, layer) -> {step: the values of ``columns``}; with ``part``, only that part's rows."""
     out: dict[Run, dict[int, tuple[float, ...]]] = defaultdict(dict)
     for r in table:
-        out[r["dtype"], int(r["seed"]), int(r["layer"])][int(r["step"])] = tuple(float(r[k]) for k in columns)
+        if part is None or r["part"] == part:
+            out[r["arm"], r["dtype"], int(r["seed"]), int(r["layer"])][int(r["step"])] = tuple(float(r[k]) for k in columns)
     return out
 
 
 def last_step(by_run: Mapping[Run, Mapping[int, Any]]) -> int:
     """The last measured step (the same in every run)."""
-    return max(next(iter(by_run.values())))
+    last = {max(v) for v in by_run.values()}
+    if len(last) != 1:
+        raise ValueError(f"the runs were measured to different steps: {sorted(last)}")
+    return last.pop()
+
+
+def drift_ratios(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], arm: str, dtype: str, seeds: Sequence[int],
+                 layers: int) -> np.ndarray:
+    """seeds x layers x (QK, VO): C's final drift beyond decay over its Gram matrices' drift."""
+    last = last_step(drift)
+    return np.array([[[drift[arm, dtype, seed, layer][last][j + 4] / drift[arm, dtype, seed, layer][last][j + 6]
+                       for j in range(2)] for layer in range(layers)] for seed in seeds])
 
 
 def drift_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int],
-                   layers: int, boot: Bootstrap) -> tuple[dict[str, Any], str]:
+                   layers: int, boot: Bootstrap, arm: str = "plain", prefix: str = "rt-drift") -> tuple[dict[str, Any], str]:
     """The final drift of C_QK and C_VO per layer, raw and beyond weight decay, over its Gram matrices' drift."""
     last = last_step(drift)
-    found: dict[str, Any] = {"rt-drift-step": last + 1}
+    found: dict[str, Any] = {f"{prefix}-step": last + 1}
     ratios, body = [], []
     for layer in range(layers):
-        finals = np.array([drift[dtype, seed, layer][last] for seed in seeds])
+        finals = np.array([drift[arm, dtype, seed, layer][last] for seed in seeds])
         for j, side in enumerate(("qk", "vo")):
-            tag = f"rt-drift-{layer}-{side}"
+            tag = f"{prefix}-{layer}-{side}"
             values = {"": finals[:, j], "-gram": finals[:, j + 2], "-ratio": finals[:, j] / finals[:, j + 2],
                       "-nd": finals[:, j + 4], "-nd-gram": finals[:, j + 6], "-nd-ratio": finals[:, j + 4] / finals[:, j + 6]}
             for suffix, v in values.items():
@@ -259,81 +295,102 @@ def drift_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: 
                          f"{np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]",
                          f"{np.median(values['-ratio']):.3f}"])
     every = np.concatenate(ratios)
-    found |= {"rt-drift-nd-ratio-min": float(every.min()), "rt-drift-nd-ratio-max": float(every.max())}
+    found |= {f"{prefix}-nd-ratio-min": float(every.min()), f"{prefix}-nd-ratio-max": float(every.max())}
     header = ["layer", "quantity", "drift beyond decay", "its Gram matrices' drift", "ratio: median [min, max]",
               "ratio, decay included"]
     return found, markdown_table(header, body, right=(0, 2, 3))
 
 
-def drift_figure(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int):
-    """C_QK and C_VO beyond decay along training, against their Gram matrices' drift: median and range."""
+def control_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int,
+                     boot: Bootstrap, control: str = "sgd") -> dict[str, Any]:
+    """The conservation control: minibatch SGD's drift ratio against AdamW's, paired by seed (every layer and side)."""
+    sgd = drift_ratios(drift, control, dtype, seeds, layers).reshape(len(seeds), -1)
+    adamw = drift_ratios(drift, "plain", dtype, seeds, layers).reshape(len(seeds), -1)
+    per_seed = np.median(sgd / adamw, axis=1)
+    return (boot.findings("rt-sgd-ratio", sgd.ravel()) | boot.findings("rt-sgd-over-adamw", per_seed)
+            | {"rt-sgd-ratio-max": float(sgd.max()), "rt-adamw-ratio-min": float(adamw.min()),
+               "rt-sgd-below": int((sgd.max(axis=1) < adamw.min(axis=1)).sum())})
+
+
+def drift_figure(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int,
+                 arms: Sequence[tuple[str, str]] = (("plain", "AdamW"), ("sgd", "minibatch SGD"))):
+    """Per arm, C_QK and C_VO beyond decay along training against their Gram matrices' drift: median and range."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
-    for j, (ax, side) in enumerate(zip(axes, ("QK", "VO"))):
-        for layer in range(layers):
-            steps = np.array(sorted(drift[dtype, seeds[0], layer])) + 1
-            c = np.array([[drift[dtype, seed, layer][s - 1][j + 4] for s in steps] for seed in seeds])
-            g = np.array([[drift[dtype, seed, layer][s - 1][j + 6] for s in steps] for seed in seeds])
-            ax.plot(steps, np.median(c, 0), "-", color=f"C{layer}", label=f"layer {layer}: C")
-            ax.fill_between(steps, c.min(0), c.max(0), color=f"C{layer}", alpha=0.2, lw=0)
-            ax.plot(steps, np.median(g, 0), "--", color=f"C{layer}", label=f"layer {layer}: its Gram matrices")
-            ax.fill_between(steps, g.min(0), g.max(0), color=f"C{layer}", alpha=0.1, lw=0)
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_title(f"C_{side}", fontsize=9)
-    axes[0].set_ylabel("drift beyond decay / norm^2 at step 0")
-    axes[1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig, axes = plt.subplots(len(arms), 2, figsize=(6.4, 3.0 * len(arms)), sharey=True, squeeze=False)
+    for row, (arm, name) in zip(axes, arms):
+        for j, (ax, side) in enumerate(zip(row, ("QK", "VO"))):
+            for layer in range(layers):
+                steps = np.array(sorted(drift[arm, dtype, seeds[0], layer])) + 1
+                c = np.array([[drift[arm, dtype, seed, layer][s - 1][j + 4] for s in steps] for seed in seeds])
+                g = np.array([[drift[arm, dtype, seed, layer][s - 1][j + 6] for s in steps] for seed in seeds])
+                ax.plot(steps, np.median(c, 0), "-", color=f"C{layer}", label=f"layer {layer}: C")
+                ax.fill_between(steps, c.min(0), c.max(0), color=f"C{layer}", alpha=0.2, lw=0)
+                ax.plot(steps, np.median(g, 0), "--", color=f"C{layer}", label=f"layer {layer}: its Gram matrices")
+                ax.fill_between(steps, g.min(0), g.max(0), color=f"C{layer}", alpha=0.1, lw=0)
+            ax.set_yscale("log")
+            ax.set_xlabel("step")
+            ax.set_title(f"{name}: C_{side}", fontsize=9)
+        row[0].set_ylabel("drift beyond decay / norm^2(0)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-# ---------------------------------------------------------------- the dead key bias
+# ---------------------------------------------------------------- the parameters the loss cannot see
 
-BIAS_COLUMNS = ("moved", "beyond_decay", "rms_step_over_lr")
-
-
-def bias_findings(bias: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, run: Mapping[str, Any],
-                  boot: Bootstrap) -> dict[str, Any]:
-    """The dead key bias in ``dtype`` (drift beyond weight decay, size of a step) and in float64."""
-    last = last_step(bias)
-    single = [k for k in bias if k[0] == dtype]
-    double = [k for k in bias if k[0] == "float64"]
-    beyond = np.array([bias[k][last][1] for k in single])
-    return ({"rt-bias-runs": len(single)} | boot.findings("rt-bias-beyond32", beyond)
-            | {"rt-bias-beyond32-min": float(beyond.min()), "rt-bias-beyond32-max": float(beyond.max())}
-            | boot.findings("rt-bias-rms32", np.array([bias[k][last][2] for k in single]))
-            | boot.findings("rt-bias-step0", np.array([bias[k][0][2] for k in single]))
-            | {"rt-bias-moved32": float(np.median([bias[k][last][0] for k in single])),
-               "rt-bias-decay-only": 1 - (1 - run["LR"] * run["WEIGHT_DECAY"]) ** (last + 1),
-               "rt-bias-f64-runs": len(double),
-               "rt-bias-beyond64-max": stats.round_up(max(v[1] for k in double for v in bias[k].values())),
-               "rt-bias-rms64-max": stats.round_up(max(v[2] for k in double for v in bias[k].values()))})
+DEAD_COLUMNS = ("moved", "beyond_decay", "rms_step_over_lr")
 
 
-def bias_figure(bias: Mapping[Run, Mapping[int, tuple[float, ...]]], dtypes: Sequence[str]):
-    """Left: the dead key bias's drift beyond decay. Right: the size of one of its steps over the rate."""
+def dead_findings(dead: Mapping[str, Mapping[Run, Mapping[int, tuple[float, ...]]]], dtype: str, run: Mapping[str, Any],
+                  boot: Bootstrap) -> tuple[dict[str, Any], str]:
+    """Per dead part (``DEAD_LABELS``), in ``dtype`` and in float64: its drift beyond weight decay and the size of a step."""
+    found: dict[str, Any] = {}
+    body = []
+    for part, by_run in dead.items():
+        last = last_step(by_run)
+        tag = "rt-dead-" + part.replace("_", "-")
+        cells = [DEAD_LABELS[part]]
+        for precision, name in ((dtype, "32"), ("float64", "64")):
+            keys = [k for k in by_run if k[0] == "plain" and k[1] == precision]
+            beyond = np.array([by_run[k][last][1] for k in keys])
+            rms = np.array([by_run[k][last][2] for k in keys])
+            found |= (boot.findings(f"{tag}-beyond{name}", beyond) | boot.findings(f"{tag}-rms{name}", rms)
+                      | {f"{tag}-beyond{name}-min": float(beyond.min()), f"{tag}-beyond{name}-max": float(beyond.max()),
+                         f"{tag}-rms{name}-max": float(rms.max()), f"{tag}-runs{name}": len(keys)})
+            cells += [f"{np.median(beyond):.2e} [{beyond.min():.1e}, {beyond.max():.1e}]", f"{np.median(rms):.2e}"]
+        found[f"{tag}-step0"] = float(np.median([by_run[k][0][2] for k in by_run if k[:2] == ("plain", dtype)]))
+        body.append(cells)
+    found |= {"rt-dead-step": last + 1, "rt-bias-decay-only": 1 - (1 - run["LR"] * run["WEIGHT_DECAY"]) ** (last + 1)}
+    header = ["part", f"{dtype}: drift beyond decay, median [min, max]", f"{dtype}: rms step / lr",
+              "float64: drift beyond decay, median [min, max]", "float64: rms step / lr"]
+    return found, markdown_table(header, body)
+
+
+def dead_figure(dead: Mapping[str, Mapping[Run, Mapping[int, tuple[float, ...]]]], dtypes: Sequence[str]):
+    """Per dead part (a row), every plain run's drift beyond decay (left) and rms step over the rate (right)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for dtype, color in zip(dtypes, ("C3", "C0")):
-        keys = [k for k in bias if k[0] == dtype]
-        steps = np.array(sorted(bias[keys[0]])) + 1
-        for i, k in enumerate(keys):
-            axes[0].plot(steps, [bias[k][s - 1][1] for s in steps], "-", color=color, lw=0.7, alpha=0.5,
-                         label=f"{dtype}, {len(keys)} runs (seeds x layers)" if i == 0 else None)
-            axes[1].plot(steps, [bias[k][s - 1][2] for s in steps], "-", color=color, lw=0.7, alpha=0.5,
-                         label=f"{dtype}" if i == 0 else None)
-    axes[0].set_yscale("log")
-    axes[0].set_ylabel("||b(t) - decay^t b(0)|| / ||b(0)||")
-    axes[0].set_title("dead key bias: drift beyond weight decay", fontsize=9)
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("rms step of a dead coordinate / lr")
-    axes[1].set_title("size of one step, in units of the learning rate", fontsize=9)
-    for ax in axes:
+    fig, axes = plt.subplots(len(dead), 2, figsize=(6.4, 2.6 * len(dead)), squeeze=False)
+    for row, (part, by_run) in zip(axes, dead.items()):
+        for dtype, color, style in zip(dtypes, ("#D55E00", "#0072B2"), ("-", "--")):
+            keys = [k for k in by_run if k[0] == "plain" and k[1] == dtype]
+            steps = np.array(sorted(by_run[keys[0]])) + 1
+            for i, k in enumerate(keys):
+                for j in range(2):
+                    row[j].plot(steps, [by_run[k][s - 1][j + 1] for s in steps], style, color=color, lw=0.7, alpha=0.5,
+                                label=f"{dtype}, {len(keys)} runs" if i == 0 else None)
+        row[0].set_ylabel("beyond decay / norm(0)", fontsize=8)
+        row[1].set_ylabel("rms step / lr", fontsize=8)
+        for ax in row:
+            ax.set_yscale("log")
+            ax.set_title(DEAD_LABELS[part], fontsize=9)
+    for ax in axes[-1]:
         ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
@@ -349,40 +406,54 @@ def read_losses(table: Sequence[Row]) -> dict[tuple[str, int], dict[int, float]]
 
 
 def rebalance_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: Mapping[str, Any],
-                       boot: Bootstrap) -> tuple[dict[str, Any], stats.PairedSummary]:
-    """The final validation loss, balanced minus plain, paired by seed (a tie within TIE_NATS)."""
-    seeds, steps = run["SEEDS"], run["STEPS"]
-    plain = [val["plain", s][steps] for s in seeds]
-    balanced = [val["balanced", s][steps] for s in seeds]
+                       boot: Bootstrap, long: bool = False) -> tuple[dict[str, Any], stats.PairedSummary]:
+    """The final validation loss, balanced minus plain, paired by seed (a tie within TIE_NATS); ``long``: the long pair."""
+    seeds, steps = run["SEEDS"], run["LONG_STEPS" if long else "STEPS"]
+    arms, tag = (("long-plain", "long-balanced"), "rt-long") if long else (("plain", "balanced"), "rt")
+    plain = [val[arms[0], s][steps] for s in seeds]
+    balanced = [val[arms[1], s][steps] for s in seeds]
     s = boot.paired(balanced, plain, tie=run["TIE_NATS"])
     verdict = ("contains zero" if s.low <= 0 <= s.high else
                "lies below zero (balanced lower)" if s.high < 0 else "lies above zero (balanced higher)")
-    diverged = [k for k, v in val.items() if not all(np.isfinite(list(v.values())))]
-    return (boot.findings("rt-val-plain", plain)
-            | {"rt-rb-median": s.median_difference, "rt-rb-low": s.low, "rt-rb-high": s.high, "rt-rb-wins": s.wins,
-               "rt-rb-ties": s.ties, "rt-rb-losses": s.losses, "rt-rb-n": s.n,
-               "rt-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)), "rt-rb-verdict": verdict,
-               "rt-diverged": len(diverged)}), s
+    diverged = [k for k, v in val.items() if k[0] in arms and not all(np.isfinite(list(v.values())))]
+    return (boot.findings(f"{tag}-val-plain", plain)
+            | {f"{tag}-rb-median": s.median_difference, f"{tag}-rb-low": s.low, f"{tag}-rb-high": s.high,
+               f"{tag}-rb-wins": s.wins, f"{tag}-rb-ties": s.ties, f"{tag}-rb-losses": s.losses, f"{tag}-rb-n": s.n,
+               f"{tag}-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)), f"{tag}-rb-verdict": verdict,
+               f"{tag}-diverged": len(diverged)}), s
 
 
-def rebalance_figure(val: Mapping[tuple[str, int], Mapping[int, float]], seeds: Sequence[int], tie: float):
-    """Left: the validation loss of both arms. Right: balanced minus plain per seed, with the tie band."""
+def plateau_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: Mapping[str, Any]) -> dict[str, Any]:
+    """The plateau rule on the long plain runs: how far the median seed's validation loss fell over the last window."""
+    steps, window = run["LONG_STEPS"], run["PLATEAU_WINDOW"]
+    curves = {t: float(np.median([val["long-plain", s][t] for s in run["SEEDS"]])) for t in val["long-plain", run["SEEDS"][0]]}
+    if steps - window not in curves:
+        raise ValueError(f"no validation loss at step {steps - window}: the plateau window must be a multiple of LONG_EVAL_EVERY")
+    fall = curves[steps - window] - curves[steps]
+    return {"rt-plateau-fall": fall, "rt-plateau-window": window, "rt-plateau-nats": run["PLATEAU_NATS"],
+            "rt-plateau-start": curves[min(curves)], "rt-plateau-end": curves[steps],
+            "rt-plateau-reached": bool(fall < run["PLATEAU_NATS"])}
+
+
+def rebalance_figure(val: Mapping[tuple[str, int], Mapping[int, float]], seeds: Sequence[int], tie: float,
+                     arms: tuple[str, str] = ("plain", "balanced")):
+    """Top: the validation loss of both arms. Bottom: balanced minus plain per seed, with the tie band."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
-    steps = sorted(val["plain", seeds[0]])
+    steps = sorted(val[arms[0], seeds[0]])
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4))  # stacked: the difference gets its own full-width panel
     ax = axes[0]
-    for k, (arm, style, marker) in enumerate((("plain", "-", None), ("balanced", "--", "o"))):
+    for k, (arm, name, style, marker) in enumerate(((arms[0], "plain", "-", None), (arms[1], "balanced", "--", "o"))):
         curves = np.array([[val[arm, s][t] for t in steps] for s in seeds])
         ax.plot(steps, np.median(curves, 0), style, marker=marker, ms=3, markevery=max(1, len(steps) // 8),
-                color=f"C{k}", label=f"{arm}: median")
+                color=f"C{k}", label=f"{name}: median")
         ax.fill_between(steps, curves.min(0), curves.max(0), color=f"C{k}", alpha=0.2, lw=0)
     ax.set(xlabel="step", ylabel="validation loss (nats per byte)",
            title="both arms: the medians almost coincide (the difference is below)")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7)
     ax = axes[1]
-    diffs = np.array([[val["balanced", s][t] - val["plain", s][t] for t in steps] for s in seeds])
+    diffs = np.array([[val[arms[1], s][t] - val[arms[0], s][t] for t in steps] for s in seeds])
     for i in range(len(seeds)):
         ax.plot(steps, diffs[i], "-", color="C2", lw=0.7, alpha=0.5, label="one seed" if i == 0 else None)
     ax.plot(steps, np.median(diffs, 0), "-", color="k", lw=1.5, label="median")

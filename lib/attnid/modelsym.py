@@ -31,7 +31,7 @@ outputs reach the loss, so more moves are invisible to the model:
 orbit's labelled directions; ``model_shares`` measures an update against the whole span
 (``model_basis``: the orbit's basis, then what the model's moves add to it).
 Each move is exact (a proof in one line, above); which subspaces a model has is the model's to
-say (``attnid.textsym.invariant_subspaces``); the tests check the counts against the rank of the
+say (``attnid.textmodel.invariant_subspaces``); the tests check the counts against the rank of the
 model's Jacobian at random points for the layouts they name (tests/test_modelsym.py). Not handled:
 the sink-corner trade of ``attnid.symmetry`` when the inputs span fewer than d_k dimensions (it is
 counted for d_k > d_model only). Moves that mix parameters of the layer with parameters

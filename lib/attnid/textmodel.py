@@ -13,11 +13,19 @@ The model, with every attention layer ``attnid.layer.forward`` in attnid's param
     h_l = h_l + W_out gelu(norm(h_l) W_in + b_in) + b_out
     logits = norm(h_L) U                            (norm: layer norm without gain or shift)
 
+Every norm subtracts the mean, so the model cannot see more than each layer's orbit:
+``attnid.textsym`` states and counts those directions (the mean directions on both sides of every
+attention layer, the moves outside attention); ``invariant_subspaces`` hands the mean directions to
+``attnid.modelsym`` and ``dead_parts`` names the parameters the loss cannot see.
+
 ``train_text`` trains it with ``attnid.training.make_optimiser`` on random windows of the
-training split and measures, per attention layer, the invisible shares of its updates
-(``attnid.training.invisible_shares``), the drift of the conserved quantities, and the dead key
-bias; it can move every attention layer to the balanced point of its orbit every few steps.
-The paired statistics the experiment reports come from ``attnid.stats``.
+training split and measures, per attention layer, the invisible shares of its updates against
+the model's invariant directions (``attnid.modelsym.model_shares``: the orbit and its parts,
+and the mean directions), the drift of the conserved quantities, and the parameters the loss
+cannot see (``dead_parts``: the dead key bias and the mean directions); it can move every
+attention layer to the balanced point of its orbit every few steps. ``run_text`` runs one
+such training from a picklable ``TextRun``, for ``attnid.sweep``. The paired statistics the
+experiment reports come from ``attnid.stats``.
 """
 
 from __future__ import annotations
@@ -27,18 +35,20 @@ import importlib.metadata
 import importlib.util
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from . import modelsym
 from . import symmetry as sym
 from .layer import forward as attention_forward
 from .layer import init_params as attention_init
 from .runtime import check_seed
 from .spec import AttentionSpec, Params
-from .training import GRADIENTS, conservation_drift, invisible_shares, make_optimiser, squared_norm
+from .training import DTYPES, GRADIENTS, conservation_drift, make_optimiser, squared_norm
 
 VOCAB = 256  # bytes
 REBALANCING = ("none", "balance")
@@ -219,21 +229,45 @@ def loss(params: Params, inputs: torch.Tensor, targets: torch.Tensor, spec: Text
     return F.cross_entropy(out.reshape(-1, VOCAB).float(), targets.reshape(-1))
 
 
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+
+
+DEAD_PARTS = ("key_bias", "input_mean", "output_mean")
+
+
+def invariant_subspaces(spec: TextModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_null, output_null) of every attention layer for ``attnid.modelsym``: both span(1), exactly."""
+    one = modelsym.mean_direction(spec.d_model)
+    return one, one
+
+
 def dead_key_bias(attn: Params, spec: AttentionSpec) -> torch.Tensor:
-    """The coordinates of b_K that plain softmax cannot see: the unrotated ones, b_K[:, r:] (empty without b_K)."""
-    if "b_K" not in attn or not spec.shift_invariant:
+    """The coordinates of b_K that softmax cannot see: the unrotated ones, b_K[:, r:] (empty without b_K or with a QK-norm).
+
+    """
+    if "b_K" not in attn or not spec.shift_invariant or spec.has_qk_norm:  # a QK-norm sees every coordinate
         return torch.zeros(0)
     return attn["b_K"][:, spec.rope_dims:].reshape(-1)
 
 
-def orbit_dimension(attn: Params, spec: AttentionSpec) -> int:
-    """u: the dimension of the orbit's tangent space at ``attn`` (float64 SVD rank)."""
-    return int(sym.orbit_tangent({n: p.detach().double().cpu() for n, p in attn.items()}, spec).shape[1])
+def dead_parts(attn: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
+    """The coordinates of one attention layer the loss cannot see, by part (each a vector; empty parts left out).
 
+    'key_bias': the dead key bias, a set of coordinates: their exact gradient is zero, so Adam moves
+    them only by its coordinate-wise scaling of round-off (a step of at most about lr |g| / (|g| + eps),
+    with |g| the round-off gradient). 'input_mean': 1^T W / sqrt(d) for W = W_Q, W_K, W_V,
+    concatenated; 'output_mean': W_O 1 / sqrt(d) and b_O . 1 / sqrt(d). These are not coordinates but
+    sums of them, so Adam, which rescales every coordinate of a gradient orthogonal to them by its own
+    factor, moves them even in exact arithmetic.
+    """
+    one = modelsym.mean_direction(spec.d_model).to(attn["W_Q"]).reshape(-1)
+    parts = {"key_bias": dead_key_bias(attn, spec),
+             "input_mean": torch.cat([torch.einsum("sdc,d->sc", attn[w], one).reshape(-1) for w in modelsym.INPUT_WEIGHTS]),
+             "output_mean": torch.cat([(attn["W_O"] @ one).reshape(-1)] + ([(attn["b_O"] @ one).reshape(1)] if "b_O" in attn else []))}
+    return {k: v for k, v in parts.items() if v.numel()}
 
-# ------------------------------------------------------------------------------------------------
-# Training
-# ------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -247,8 +281,8 @@ class TextHistory:
     drift: list[tuple[int, ...]] = field(default_factory=list)
     # (step, layer, ||dC_QK||, ||dC_VO||, ||(dGram_Q, dGram_K)||, ||(dGram_V, dGram_O)||, then the same four
     # with d X = X(t) - s X(0), s = (1 - lr wd)^(2t) the factor AdamW's decay alone gives), over the squared norm at step 0
-    key_bias: list[tuple[int, int, float, float, float]] = field(default_factory=list)
-    # (step, layer, ||b(t) - b(0)|| / ||b(0)||, ||b(t) - decay^t b(0)|| / ||b(0)||, rms per-step move / lr)
+    dead: list[tuple[int, int, str, float, float, float]] = field(default_factory=list)
+    # (step, layer, part of dead_parts, ||b(t) - b(0)|| / ||b(0)||, ||b(t) - decay^t b(0)|| / ||b(0)||, rms per-step move / lr)
 
 
 def gram_drift(start: tuple[torch.Tensor, ...], now: tuple[torch.Tensor, ...], spec: AttentionSpec, size: float,
@@ -290,8 +324,9 @@ def train_text(
     function; the optimiser state stays as it is. measure_every: every so many steps (0: never)
     record, per attention layer, the drift of the conserved quantities since step 0 next to the
     drift of the Gram matrices they are differences of (``gram_drift``), both also measured from
-    the start shrunk by AdamW's decay, and the dead key bias;
-    shares_every: every so many steps (0: never) the invisible shares of that step's update.
+    the start shrunk by AdamW's decay, and every part of ``dead_parts``;
+    shares_every: every so many steps (0: never) the invisible shares of that step's update
+    (``modelsym.model_shares`` with ``invariant_subspaces``: the orbit's and the model's).
     Validation loss every ``eval_every`` steps and after the last step.
     gradient: 'loss' (the training loss's gradient) or 'random' (every parameter's gradient
     replaced by an isotropic standard normal vector from a generator seeded with ``seed``: the
@@ -314,7 +349,9 @@ def train_text(
     start_c = [sym.conserved_quantities(f(), spec.attention) for f in as64]
     start_g = [sym.grams(f(), spec.attention) for f in as64]
     size = [squared_norm(f()) for f in as64]
-    bias0 = [dead_key_bias(f(), spec.attention) for f in as64]
+
+    dead0 = [dead_parts(f(), spec.attention) for f in as64]
+    input_null, output_null = invariant_subspaces(spec)
     val_device = tuple(t.to(device) for t in val_batches)
     history = TextHistory()
     data_gen = torch.Generator().manual_seed(1_000_003 + seed)
@@ -341,7 +378,8 @@ def train_text(
                 now = f()
                 if shares:
                     update = {n: now[n] - before[layer][n] for n in now}
-                    history.shares.append((step, layer, invisible_shares(update, before[layer], spec.attention)))
+                    history.shares.append((step, layer, modelsym.model_shares(update, before[layer], spec.attention,
+                                                                              input_null, output_null)))
                 if measure:
                     c_now, g_now = sym.conserved_quantities(now, spec.attention), sym.grams(now, spec.attention)
                     shrink = decay ** (2 * (step + 1))  # AdamW's decay alone multiplies every Gram, so C, by this
@@ -350,12 +388,13 @@ def train_text(
                         *gram_drift(start_g[layer], g_now, spec.attention, size[layer]),
                         *conservation_drift(tuple(shrink * c for c in start_c[layer]), c_now, size[layer]),
                         *gram_drift(start_g[layer], g_now, spec.attention, size[layer], scale=shrink)))
-                    b0, bt = bias0[layer], dead_key_bias(now, spec.attention)
-                    if b0.numel():
+                    dead_now, dead_before = dead_parts(now, spec.attention), dead_parts(before[layer], spec.attention)
+                    for part, b0 in dead0[layer].items():
+                        bt = dead_now[part]
                         moved = float((bt - b0).norm() / b0.norm())
                         beyond = float((bt - decay ** (step + 1) * b0).norm() / b0.norm())
-                        rms_step = float((bt - decay * dead_key_bias(before[layer], spec.attention)).pow(2).mean().sqrt() / lr)
-                        history.key_bias.append((step, layer, moved, beyond, rms_step))
+                        rms_step = float((bt - decay * dead_before[part]).pow(2).mean().sqrt() / lr)
+                        history.dead.append((step, layer, part, moved, beyond, rms_step))
             if rebalance == "balance" and (step + 1) % balance_every == 0:
                 for a, f in zip(attn, as64, strict=True):
                     for name, value64 in sym.balance(f(), spec.attention).items():
@@ -366,3 +405,43 @@ def train_text(
             history.val_loss.append(evaluate(params, val_device, spec))
             running = []
     return history
+
+
+# ------------------------------------------------------------------------------------------------
+# One run as a task of a sweep
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextRun:
+    """Everything one ``train_text`` run needs, picklable: the model, the corpus by name, the run's settings.
+
+    ``settings`` holds ``train_text``'s keyword arguments other than the model, the data, the
+    seed and the dtype (steps, batch, optimiser, lr, ...), as (name, value) pairs.
+    """
+
+    spec: TextModelSpec
+    seed: int
+    dtype: str
+    val_windows: int
+    settings: tuple[tuple[str, object], ...]
+    corpus: str = "sympy"
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}")
+
+
+@lru_cache(maxsize=2)
+def corpus_splits(package: str, seq_len: int, val_windows: int) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """(training split, fixed validation batches) of ``load_corpus(package)``, loaded once per process."""
+    train, val = split_corpus(load_corpus(package).data)
+    return train, fixed_batches(val, val_windows, seq_len)
+
+
+def run_text(run: TextRun) -> TextHistory:
+    """``train_text`` for one ``TextRun`` (a module-level function, so a sweep's workers can import it)."""
+    train, val = corpus_splits(run.corpus, run.spec.seq_len, run.val_windows)
+    return train_text(run.spec, train, val, seed=run.seed, dtype=DTYPES[run.dtype], **dict(run.settings))
+

@@ -10,16 +10,13 @@ Every norm of that model is a layer norm without gain or shift, which subtracts 
 * the unembedding U can move by 1 a^T (its input is a norm's output) and by v 1^T (softmax
   cross-entropy ignores a constant added to every logit).
 
-``invariant_subspaces`` gives the first two to ``attnid.modelsym`` (the moves in the attention
-layer's parameter layout); ``share_dimensions`` counts every span the shares of an update use;
-``outside_attention_dimensions`` counts the moves outside the attention layers; ``dead_parts`` names
-the parameters the loss cannot see. Scaling the whole residual stream would be invisible too but for
+``attnid.textmodel.invariant_subspaces`` gives the first two to ``attnid.modelsym`` (the moves in
+the attention layer's parameter layout) and ``attnid.textmodel.dead_parts`` names the parameters the
+loss cannot see: ``train_text`` measures with both, so they live beside it. Here
+``share_dimensions`` counts every span the shares of an update use and
+``outside_attention_dimensions`` the moves outside the attention layers. Scaling the whole residual stream would be invisible too but for
 the norm's eps = 1e-5: weakly identified, not counted. tests/test_modelsym.py checks every count
 against the rank of the model's Jacobian on small copies of the model.
-
-(``attnid.textmodel.train_text`` still measures shares against the layer's orbit only and records
-the dead key bias alone: changing it makes the real-text experiment's data stale, so it moves to
-these functions together with that experiment's next run.)
 """
 
 from __future__ import annotations
@@ -28,44 +25,9 @@ import torch
 
 from . import modelsym
 from . import symmetry as sym
-from .spec import AttentionSpec, Params
-from .textmodel import VOCAB, TextModelSpec
+from .spec import Params
+from .textmodel import VOCAB, TextModelSpec, invariant_subspaces
 from .training import KINDS
-
-DEAD_PARTS = ("key_bias", "input_mean", "output_mean")
-
-
-def invariant_subspaces(spec: TextModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_null, output_null) of every attention layer for ``attnid.modelsym``: both span(1), exactly."""
-    one = modelsym.mean_direction(spec.d_model)
-    return one, one
-
-
-def dead_key_bias(attn: Params, spec: AttentionSpec) -> torch.Tensor:
-    """The coordinates of b_K that softmax cannot see: the unrotated ones, b_K[:, r:] (empty without b_K or with a QK-norm).
-
-    ``attnid.textmodel.dead_key_bias`` is the same without the QK-norm case (its model has none).
-    """
-    if "b_K" not in attn or not spec.shift_invariant or spec.has_qk_norm:  # a QK-norm sees every coordinate
-        return torch.zeros(0)
-    return attn["b_K"][:, spec.rope_dims:].reshape(-1)
-
-
-def dead_parts(attn: Params, spec: AttentionSpec) -> dict[str, torch.Tensor]:
-    """The coordinates of one attention layer the loss cannot see, by part (each a vector; empty parts left out).
-
-    'key_bias': the dead key bias, a set of coordinates: their exact gradient is zero, so Adam moves
-    them only by its coordinate-wise scaling of round-off (a step of at most about lr |g| / (|g| + eps),
-    with |g| the round-off gradient). 'input_mean': 1^T W / sqrt(d) for W = W_Q, W_K, W_V,
-    concatenated; 'output_mean': W_O 1 / sqrt(d) and b_O . 1 / sqrt(d). These are not coordinates but
-    sums of them, so Adam, which rescales every coordinate of a gradient orthogonal to them by its own
-    factor, moves them even in exact arithmetic.
-    """
-    one = modelsym.mean_direction(spec.d_model).to(attn["W_Q"]).reshape(-1)
-    parts = {"key_bias": dead_key_bias(attn, spec),
-             "input_mean": torch.cat([torch.einsum("sdc,d->sc", attn[w], one).reshape(-1) for w in modelsym.INPUT_WEIGHTS]),
-             "output_mean": torch.cat([(attn["W_O"] @ one).reshape(-1)] + ([(attn["b_O"] @ one).reshape(1)] if "b_O" in attn else []))}
-    return {k: v for k, v in parts.items() if v.numel()}
 
 
 def share_dimensions(attn: Params, spec: TextModelSpec) -> tuple[dict[str, int], int]:
