@@ -17,6 +17,11 @@ reports a ``Problem`` for each of:
   MathJax 4 breaks a long one over lines, so one that is still wide needs rewriting (``aligned``);
 - at desktop width, a cell's text output wider than its box, so that the reader has to scroll it
   (``output``): results belong in tables, or in lines that fit;
+- a glued number (myst-nb's ``{glue:text}`` or ``{glue:}``) that shows quote marks, E notation or
+  bold (``glue``): attnbook.sphinxext writes glued numbers as the prose does;
+- source left unrendered: TeX outside MathJax's output, or a Markdown table shown as text (``raw``);
+- at phone width, a table that scrolls sideways without a sticky first column, or whose first
+  column takes more than half the visible width (``table``);
 - a link to a local file that does not exist (``link``).
 
 Desktop (1280 px, light) and phone (390 px, dark) widths; a full-page screenshot of each is
@@ -50,7 +55,7 @@ class Problem:
 
     page: str
     width: str
-    kind: str  # console | network | math | image | overflow | figure | equation | output | link
+    kind: str  # console | network | math | image | overflow | figure | equation | output | glue | raw | table | link
     detail: str
 
     def __str__(self) -> str:
@@ -156,6 +161,43 @@ async () => {
       if (pre.scrollWidth > pre.clientWidth + 1)
         found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
                               'a text output the reader has to scroll']);
+    }
+  // Glued numbers read like the prose's: no quote marks (a string's repr), no E notation, no bold.
+  for (const g of column.querySelectorAll('.pasted-text, span.output.text_plain')) {
+    const t = g.textContent.trim();
+    if (/^(['"]).*\1$/s.test(t) && t.length >= 2)
+      found.push(['glue', `${describe(g)} shows the quote marks of a glued string`]);
+    if (/(^|[^\w.])[-+]?\d+(\.\d*)?e[-+]?\d+($|[^\w.])/i.test(t))
+      found.push(['glue', `${describe(g)} is in E notation where the prose writes a power of ten`]);
+    if (g.closest('strong, b'))
+      found.push(['glue', `${describe(g)} is a glued number set in bold`]);
+  }
+  // Source that should have been rendered: TeX outside MathJax's output, a Markdown table left as text.
+  const skip = 'pre, code, script, style, textarea, mjx-container, .math, .highlight';
+  const walker = document.createTreeWalker(column, NodeFilter.SHOW_TEXT);
+  const raw = /\\[a-zA-Z]{2,}|\$[^$\s][^$]*\$|\|\s*[\u2014\u2013-]{1,3}:?\s*\|/;
+  const rawReported = new Set();
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const host = n.parentElement;
+    if (!host || host.closest(skip) || !raw.test(n.textContent)) continue;
+    const block = host.closest('p, li, td, th, figcaption, dt, dd, div') || host;
+    if (rawReported.has(block)) continue;
+    rawReported.add(block);
+    found.push(['raw', `${describe(block)} shows unrendered source: ` +
+                       n.textContent.trim().replace(/\s+/g, ' ').slice(0, 80)]);
+  }
+  // On a phone a table that scrolls keeps its first column (the row's name) in view, and that column
+  // leaves room for the values: at most half the visible width.
+  if (window.innerWidth < 600)
+    for (const table of column.querySelectorAll('table')) {
+      if (table.scrollWidth <= table.clientWidth + 1 || !table.rows.length) continue;
+      const first = table.rows[0].cells[0];
+      if (!first) continue;
+      if (getComputedStyle(first).position !== 'sticky')
+        found.push(['table', `${describe(table)} scrolls sideways and its first column scrolls away with it`]);
+      else if (first.getBoundingClientRect().width > 0.5 * table.clientWidth + 1)
+        found.push(['table', `${describe(table)}: its sticky first column is ` +
+                             `${Math.round(first.getBoundingClientRect().width)} px of ${table.clientWidth} px`]);
     }
   if (document.documentElement.scrollWidth > window.innerWidth + 1)
     found.push(['overflow', `the page scrolls sideways (${document.documentElement.scrollWidth} px wide ` +

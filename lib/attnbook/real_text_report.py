@@ -424,14 +424,16 @@ def rebalance_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: 
 
 
 def plateau_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: Mapping[str, Any]) -> dict[str, Any]:
-    """The plateau rule on the long plain runs: how far the median seed's validation loss fell over the last window."""
+    """The plateau rule on the long plain runs: how far the median seed's validation loss fell over the last window.
+
+    (The rule's window and threshold are glued with the run's settings, ``setup_findings``.)
+    """
     steps, window = run["LONG_STEPS"], run["PLATEAU_WINDOW"]
     curves = {t: float(np.median([val["long-plain", s][t] for s in run["SEEDS"]])) for t in val["long-plain", run["SEEDS"][0]]}
     if steps - window not in curves:
         raise ValueError(f"no validation loss at step {steps - window}: the plateau window must be a multiple of LONG_EVAL_EVERY")
     fall = curves[steps - window] - curves[steps]
-    return {"rt-plateau-fall": fall, "rt-plateau-window": window, "rt-plateau-nats": run["PLATEAU_NATS"],
-            "rt-plateau-start": curves[min(curves)], "rt-plateau-end": curves[steps],
+    return {"rt-plateau-fall": fall, "rt-plateau-start": curves[min(curves)], "rt-plateau-end": curves[steps],
             "rt-plateau-reached": bool(fall < run["PLATEAU_NATS"])}
 
 

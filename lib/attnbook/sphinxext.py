@@ -7,14 +7,24 @@
   (attnbook.downloads), written into the built book under _downloads/data/.
 - Serves _vendor/ (where scripts/fetch_mathjax.py installs the pinned MathJax) as static
   files, and fails the build with a clear message when MathJax is not installed there.
+- Writes every glued number (myst-nb's ``{glue:text}`` and ``{glue:}``) the way the prose writes numbers:
+  ``power_of_ten`` turns the E notation of a format such as ``:.1e`` into a typeset power of ten
+  (7.1e-03 becomes 7.1 × 10⁻³), the one rule for every chapter; a glued string that shows its
+  quote marks (a repr glued) or a glued number set in bold is a build warning, which fails the
+  book's ``-W`` build.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from docutils import nodes
 from sphinx.errors import ExtensionError
+from sphinx.util import logging
+
+LOG = logging.getLogger(__name__)
 
 THEBE_MARKERS = ("THEBE_JS_URL", "sphinx-thebe.js", "thebe@")
 VENDOR = "_vendor"  # scripts/fetch_mathjax.py installs MathJax here
@@ -67,7 +77,55 @@ def data_download(app: Any, pagename: str, templatename: str, context: dict[str,
                         f'with their provenance, {name}).</p>')
 
 
+E_NOTATION = re.compile(r"(?<![\w.])([-+]?)(\d+(?:\.\d*)?)[eE]([-+]?)(\d+)(?![\w.])")
+SUPERSCRIPTS = str.maketrans("0123456789-", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b")
+MINUS = "\u2212"
+
+
+def _power(match: re.Match[str]) -> str:
+    sign, mantissa, exp_sign, exponent = match.groups()
+    sign = MINUS if sign == "-" else sign
+    power = int(exponent)
+    if power == 0:
+        return sign + mantissa
+    ten = "10" + (("-" if exp_sign == "-" else "") + str(power)).translate(SUPERSCRIPTS)
+    return sign + ten if mantissa == "1" else f"{sign}{mantissa} \u00d7 {ten}"
+
+
+def power_of_ten(text: str) -> str:
+    """Every number in E notation in ``text`` as the prose writes it; the rest unchanged.
+
+    '7.1e-03' -> '7.1 × 10⁻³', '1e-10' -> '10⁻¹⁰', '-2.50e+02' -> '−2.50 × 10²', '+0.0e+00' -> '+0.0',
+    '[7.2e-03, 9.4e-03]' -> '[7.2 × 10⁻³, 9.4 × 10⁻³]': the mantissa keeps its digits (they are
+    the precision rule's), a mantissa of exactly 1 is dropped, a zero exponent leaves the mantissa
+    alone, and a token inside a word (a hash such as 9f0e1e20) is not a number.
+    """
+    return E_NOTATION.sub(_power, text)
+
+
+def _quoted(text: str) -> bool:
+    return len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+
+
+def typeset_glued_numbers(app: Any, doctree: Any, docname: str) -> None:
+    """doctree-resolved handler: every glued text through ``power_of_ten``; quotes and bold warned about."""
+    for node in list(doctree.findall(nodes.inline)):
+        classes = node.get("classes", [])
+        if "pasted-text" not in classes and not {"output", "text_plain"} <= set(classes):  # {glue:text}, {glue:}
+            continue
+        text = node.astext()
+        if _quoted(text):
+            LOG.warning(f"a glued string shows its quote marks ({text[:40]}): glue it as Markdown or a number",
+                        location=node)
+        if isinstance(node.parent, nodes.strong):
+            LOG.warning(f"a glued number is set in bold ({text[:40]}): the prose's numbers are plain", location=node)
+        shown = power_of_ten(text)
+        if shown != text:
+            node.children = [nodes.Text(shown)]
+
+
 def setup(app: Any) -> dict[str, Any]:
+    app.connect("doctree-resolved", typeset_glued_numbers)
     app.connect("html-page-context", data_download)
     app.connect("config-inited", serve_vendor)
     app.connect("html-page-context", drop_thebe, priority=900)

@@ -124,3 +124,44 @@ def test_a_text_output_wider_than_the_column_fails_at_desktop_width(html_root: P
     assert any("x" * 60 in d and "a text output the reader has to scroll" in d for d in found.get("output", [])), found
     narrow = wide.replace("x" * 400, "x" * 40)
     assert "output" not in kinds(html_root, broken("narrowoutput", narrow))
+
+
+def phone_kinds(html_root: Path, page: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for problem in check_book(html_root, [page], widths=WIDTHS[1:]):
+        found.setdefault(problem.kind, []).append(problem.detail)
+    return found
+
+
+def test_glued_numbers_with_quotes_e_notation_or_bold_fail(html_root: Path, broken) -> None:  # noqa: ANN001
+    html = ('<p>quoted <span class="pasted-text" id="probe-q">\'1e-06\'</span>, '
+            'raw <span class="output text_plain" id="probe-e">2.7e-04</span>, '
+            'bold <strong><span class="pasted-text" id="probe-b">20</span></strong></p>')
+    found = kinds(html_root, broken("glue", html))
+    details = found.get("glue", [])
+    assert any("probe-q" in d and "quote marks" in d for d in details), found
+    assert any("probe-e" in d and "E notation" in d for d in details), found
+    assert any("probe-b" in d and "bold" in d for d in details), found
+    typeset = '<p>fine <span class="pasted-text">2.7 × 10⁻⁴</span>, a hash <span class="pasted-text">9f0e1e20</span></p>'
+    assert kinds(html_root, broken("gluefine", typeset)) == {}
+
+
+def test_raw_tex_and_a_raw_markdown_table_fail(html_root: Path, broken) -> None:  # noqa: ANN001
+    html = (r'<p id="probe-tex">dividing by $b_T = \sum_j e^{s_j}$ gives</p>'
+            '<p id="probe-md">| module | max |\n|---|---:|\n| a | 1 |</p>')
+    found = kinds(html_root, broken("raw", html))
+    assert any("probe-tex" in d for d in found.get("raw", [])), found
+    assert any("probe-md" in d for d in found.get("raw", [])), found
+    code = r'<div class="highlight"><pre>print("$x$ \\alpha | --- |")</pre></div>'
+    assert kinds(html_root, broken("rawcode", code)) == {}
+
+
+def test_a_phone_table_that_scrolls_needs_a_sticky_narrow_first_column(html_root: Path, broken) -> None:  # noqa: ANN001
+    cells = "".join(f"<td>value {i} with some width</td>" for i in range(8))
+    loose = (f'<table id="probe-loose"><tr><th style="position: static">name</th>{cells}</tr></table>')
+    fat = (f'<table id="probe-fat"><tr><th style="min-width: 300px">a very long row name</th>{cells}</tr></table>')
+    found = phone_kinds(html_root, broken("table", loose + fat))
+    assert any("probe-loose" in d and "scrolls away" in d for d in found.get("table", [])), found
+    assert any("probe-fat" in d and "sticky first column" in d for d in found.get("table", [])), found
+    fine = f'<table id="probe-fine"><tr><th>name</th>{cells}</tr></table>'
+    assert "table" not in phone_kinds(html_root, broken("tablefine", fine))
