@@ -94,3 +94,9 @@ def test_every_collapsed_cell_says_what_its_button_opens() -> None:
     assert shows == [celltags.PROMPTS["parameters"][0], celltags.PROMPTS["setup"][0], celltags.PROMPTS["result"][0], None]
     cells[2]["metadata"]["mystnb"]["code_prompt_show"] = "Show code cell source"
     assert any("button" in line for line in celltags.violations(cells))
+
+
+def test_a_cell_that_glues_with_glue_all_is_plumbing_too() -> None:
+    assert celltags.required_tags(code('glue_all({"a": 1})', RECORD)) == {"remove-cell"}
+    assert celltags.required_tags(code('glue_all(found)\nprint("shown")', RECORD, stdout("shown\n"))) == {"hide-input"}
+    assert celltags.required_tags(code('my_glue_all(x)', stdout("shown\n"))) == set()

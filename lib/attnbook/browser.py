@@ -15,8 +15,8 @@ reports a ``Problem`` for each of:
   sight until the reader scrolls (``figure``);
 - a display equation wider than the text column, even inside a scroll container (``equation``):
   MathJax 4 breaks a long one over lines, so one that is still wide needs rewriting (``aligned``);
-- at desktop width, a cell's text output wider than its box, so that the reader has to scroll it
-  (``output``): results belong in tables, or in lines that fit;
+- at desktop width, a text output or code block wider than its box, so that the reader has to
+  scroll it (``output``): results belong in tables, or in lines that fit, and code wraps;
 - a glued number (myst-nb's ``{glue:text}`` or ``{glue:}``) that shows quote marks, E notation or
   bold (``glue``): attnbook.sphinxext writes glued numbers as the prose does;
 - source left unrendered: TeX outside MathJax's output, or a Markdown table shown as text (``raw``);
@@ -155,9 +155,10 @@ async () => {
       found.push(['equation', `${describe(eq)} is ${Math.round(w)} px wide in a ${Math.round(right - left)} px ` +
                               'column: part of it is out of sight']);
   }
-  // A cell's text output sits in a scroll box, which the overflow check accepts; at desktop width none may need it.
+  // A text output or code block sits in a scroll box, which the overflow check accepts; at desktop width
+  // none may need it (code wraps, book.css; an output that is a table must fit).
   if (window.innerWidth >= 1000)
-    for (const pre of column.querySelectorAll('.cell_output pre, .output pre')) {
+    for (const pre of column.querySelectorAll('pre')) {
       if (pre.scrollWidth > pre.clientWidth + 1)
         found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
                               'a text output the reader has to scroll']);

@@ -31,8 +31,8 @@ REMOVING = frozenset({"remove-cell", "remove-output"})
 # Lines a chapter prints only so that nbval guards data the reader sees as a figure or file.
 PLUMBING = re.compile(r"^(figure data\b|wrote data/)")
 RECORD_PREFIX = "application/papermill.record/"  # glue() outputs: never shown where they are made
-GLUE_CALL = re.compile(r"(^|[^\w.])glue\(")
-LONG_CELL_LINES = 25  # a visible code cell longer than this is collapsed (its outputs stay)
+GLUE_CALL = re.compile(r"(^|[^\w.])glue(_all)?\(")  # glue(...) or glue_all({...})
+LONG_CELL_LINES = 25  # a visible code cell longer than this (a symbolic check is shorter) is collapsed (its outputs stay)
 SETUP_CALL = re.compile(r"attnbook\.setup\(")
 PROMPTS = {  # what the button of a collapsed cell says, by the cell's role
     "parameters": ("Show the parameters of this notebook", "Hide the parameters"),

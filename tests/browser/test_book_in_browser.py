@@ -165,3 +165,11 @@ def test_a_phone_table_that_scrolls_needs_a_sticky_narrow_first_column(html_root
     assert any("probe-fat" in d and "sticky first column" in d for d in found.get("table", [])), found
     fine = f'<table id="probe-fine"><tr><th>name</th>{cells}</tr></table>'
     assert "table" not in phone_kinds(html_root, broken("tablefine", fine))
+
+
+def test_a_long_code_line_wraps_and_an_unwrapped_one_fails_at_desktop_width(html_root: Path, broken) -> None:  # noqa: ANN001
+    line = "make reproduce  # " + "a long comment that runs on " * 12
+    block = f'<div class="highlight-bash notranslate"><div class="highlight"><pre>{line}</pre></div></div>'
+    assert "output" not in kinds(html_root, broken("codewraps", block))
+    rigid = block.replace("<pre>", '<pre style="white-space: pre">')
+    assert any("a long comment" in d for d in kinds(html_root, broken("coderigid", rigid)).get("output", []))
