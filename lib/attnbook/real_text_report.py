@@ -203,6 +203,9 @@ def shares_markdown(sh: Shares, vs_noise: Mapping[Part, stats.PairedSummary]) ->
     return markdown_table(header, body, right=(0, 2, 3))
 
 
+LAYER_MARKERS = (("o", "^"), ("s", "v"))  # (loss gradients, random gradients) per layer: shape as well as colour
+
+
 def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
     """Top: the share on everything the model cannot see along training, every seed. Bottom: each part's median share per seed."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
@@ -212,7 +215,8 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
     for layer in range(layers):
         part, steps = (layer, "model"), np.array(sh.steps) + 4 * layer
         vals = sh.curves(part, seeds)
-        ax.plot(np.repeat(steps[None], len(seeds), 0).ravel(), vals.ravel(), ".", color=f"C{layer}", alpha=0.35, ms=4)
+        ax.plot(np.repeat(steps[None], len(seeds), 0).ravel(), vals.ravel(), LAYER_MARKERS[layer % 2][0],
+                color=f"C{layer}", alpha=0.35, ms=3, mfc="none" if layer % 2 else None)
         ax.plot(steps, np.median(vals, 0), "-", color=f"C{layer}", lw=1.5, label=f"layer {layer}, median")
         ax.plot(steps, np.median(sh.curves(part, seeds, noise=True), 0), ":", color=f"C{layer}", lw=1.5,
                 label=f"layer {layer}, random gradients, median")
@@ -227,9 +231,10 @@ def shares_figure(sh: Shares, seeds: Sequence[int], layers: int):
     for layer in range(layers):
         for i, kind in enumerate(kinds):
             med, fed, x = sh.seed_medians((layer, kind)), sh.seed_medians((layer, kind), noise=True), i + (layer - 0.5) * 0.3
-            ax.plot(np.full(len(med), x), med, "o", color=f"C{layer}", ms=3, alpha=0.6,
-                    label=f"layer {layer}, one dot per seed" if i == 0 else None)
-            ax.plot(np.full(len(fed), x), fed, "^", mfc="none", color=f"C{layer}", ms=3, alpha=0.6,
+            loss_marker, noise_marker = LAYER_MARKERS[layer % 2]
+            ax.plot(np.full(len(med), x), med, loss_marker, color=f"C{layer}", ms=3, alpha=0.6,
+                    label=f"layer {layer}, one mark per seed" if i == 0 else None)
+            ax.plot(np.full(len(fed), x), fed, noise_marker, mfc="none", color=f"C{layer}", ms=3, alpha=0.6,
                     label=f"layer {layer}, random gradients" if i == 0 else None)
             ax.plot([x - 0.12, x + 0.12], [sh.chance[layer, kind]] * 2, "k-", lw=1.5,
                     label="chance" if (i, layer) == (0, 0) else None)
@@ -324,9 +329,11 @@ def drift_figure(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: st
                 steps = np.array(sorted(drift[arm, dtype, seeds[0], layer])) + 1
                 c = np.array([[drift[arm, dtype, seed, layer][s - 1][j + 4] for s in steps] for seed in seeds])
                 g = np.array([[drift[arm, dtype, seed, layer][s - 1][j + 6] for s in steps] for seed in seeds])
-                ax.plot(steps, np.median(c, 0), "-", color=f"C{layer}", label=f"layer {layer}: C")
+                mark = dict(marker=LAYER_MARKERS[layer % 2][0], ms=3, markevery=max(1, len(steps) // 6))
+                ax.plot(steps, np.median(c, 0), "-", color=f"C{layer}", label=f"layer {layer}: C", **mark)
                 ax.fill_between(steps, c.min(0), c.max(0), color=f"C{layer}", alpha=0.2, lw=0)
-                ax.plot(steps, np.median(g, 0), "--", color=f"C{layer}", label=f"layer {layer}: its Gram matrices")
+                ax.plot(steps, np.median(g, 0), "--", color=f"C{layer}", label=f"layer {layer}: its Gram matrices",
+                        mfc="none", **mark)
                 ax.fill_between(steps, g.min(0), g.max(0), color=f"C{layer}", alpha=0.1, lw=0)
             ax.set_yscale("log")
             ax.set_xlabel("step")
