@@ -212,11 +212,11 @@ def grid_markdown(runs: Mapping[Key, list[Row]], settings: Mapping[str, Any], co
                 head = "diverged" if diverged(plain) else f"{np.median(final_losses(plain)):.4g}"
                 if unstable(plain):
                     head += f" (unstable {unstable(plain)}/{len(plain)})"
-                body.append([f"{imbalance:g}", opt, f"{lr:g}", head]
+                body.append([f"{opt}, c = {imbalance:g}", f"{lr:g}", head]
                             + [_cell(found.get((imbalance, opt, lr, v))) if (imbalance, opt, lr, v) in runs else "-"
                                for v in COMPARED])
-    return markdown_table(["c", "optimiser", "rate", "plain: median"] + [f"{v} minus plain" for v in COMPARED], body,
-                          right=(0, 2))
+    return markdown_table(["optimiser, start", "rate", "plain: median"] + [f"{v} minus plain" for v in COMPARED], body,
+                          right=(1,))
 
 
 def comparisons_markdown(comparisons: Sequence[Comparison]) -> str:
@@ -226,12 +226,12 @@ def comparisons_markdown(comparisons: Sequence[Comparison]) -> str:
     body = []
     for c in comparisons:
         median, interval, p, holm_text, lost = _columns(c)
-        row = [f"{c.imbalance:g}", NAMES.get(c.optimiser, c.optimiser), SHORT[c.variant], f"{c.lr:g}",
+        row = [f"{NAMES.get(c.optimiser, c.optimiser)}, {SHORT[c.variant]}, c = {c.imbalance:g}", f"{c.lr:g}",
                f"{c.baseline_lr:g}", f"{c.baseline_median:.4g}", median, interval, f"{c.relative:+.0%}",
                p.removeprefix("p "), holm_text.removeprefix("Holm "), lost or "-"]
         body.append([f"**{x}**" for x in row] if c.significant() else row)
-    return markdown_table(["c", "optimiser", "variant", "its rate", "plain's rate", "plain: median", "difference",
-                           "95% interval", "relative", "p", "Holm p", "diverged"], body, right=(0, 3, 4, 5, 6, 8, 9, 10))
+    return markdown_table(["optimiser, variant, start", "its rate", "plain's rate", "plain: median", "difference",
+                           "95% interval", "relative", "p", "Holm p", "diverged"], body, right=(1, 2, 3, 4, 6, 7, 8))
 
 
 def grid_figure(runs: Mapping[Key, list[Row]], settings: Mapping[str, Any],
@@ -249,7 +249,7 @@ def grid_figure(runs: Mapping[Key, list[Row]], settings: Mapping[str, Any],
         for k, variant in enumerate(VARIANTS):
             if (imbalance, opt, rates[0], variant) in runs:
                 _variant_curve(ax, [runs[imbalance, opt, lr, variant] for lr in rates], rates * np.exp(0.06 * (k - 1.5)),
-                               top, f"C{k}", LABELS[variant])
+                               top, f"C{k}", LABELS[variant], VARIANT_STYLES[k % len(VARIANT_STYLES)])
         if edge[imbalance, opt][0] is not None:
             ax.axvline(edge[imbalance, opt][0], color="0.3", ls=":", lw=1)
         ax.set_xscale("log")
@@ -269,8 +269,13 @@ def grid_figure(runs: Mapping[Key, list[Row]], settings: Mapping[str, Any],
     return fig
 
 
-def _variant_curve(ax, per_rate: Sequence[Sequence[Row]], x: np.ndarray, top: float, color: str, label: str) -> None:
-    """One variant in one panel: the seeds' final losses as dots, their median as a line (only where none diverged)."""
+VARIANT_STYLES = (("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"))  # (median line, its marker) per variant
+
+
+def _variant_curve(ax, per_rate: Sequence[Sequence[Row]], x: np.ndarray, top: float, color: str, label: str,
+                   style: tuple[str, str] = VARIANT_STYLES[0]) -> None:
+    """One variant in one panel: the seeds' final losses as dots, their median as a line (only where none diverged),
+    drawn in the variant's line style and marker as well as its colour."""
     med = []
     for xi, rows in zip(x, per_rate):
         ok = [float(r["final_loss"]) for r in rows if r["final_loss"]]
@@ -278,7 +283,7 @@ def _variant_curve(ax, per_rate: Sequence[Sequence[Row]], x: np.ndarray, top: fl
         if len(ok) < len(rows):
             ax.plot([xi], [top * 1.6], "x", ms=5, color=color)
         med.append(np.median(ok) if len(ok) == len(rows) else np.nan)
-    ax.plot(x, med, "-", color=color, lw=1.2, label=label)
+    ax.plot(x, med, style[0], marker=style[1], ms=3, mfc="none", color=color, lw=1.2, label=label)
 
 
 def divergence_findings(table: Sequence[Row], settings: Mapping[str, Any]) -> dict[str, int]:

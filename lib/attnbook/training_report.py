@@ -550,6 +550,9 @@ def sweep_figure(cells: Sequence[SweepCell]):
                     label="a seed diverged" if k == 0 and bad else None)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        rates = sorted({c.lr for c in cells if c.optimiser == opt})
+        ax.set_xticks(rates, [f"{r:g}" for r in rates], fontsize=7, rotation=45)  # the rates run: no labels collide
+        ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(NAMES[opt], fontsize=9)
         ax.set_xlabel("learning rate", fontsize=8)
