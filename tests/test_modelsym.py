@@ -19,6 +19,7 @@ from attnid.jacobian import flatten
 from attnid.layer import forward
 from attnid.rank import numerical_rank
 from attnid.spec import AttentionSpec
+from attnid.trainsweep import copy_invariants
 
 TINY = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6)  # as the experiment's
 TINY_MHA = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, bias="qk", seq_len=6)
@@ -103,11 +104,7 @@ def test_the_copy_task_adds_the_vocabulary_null_space_and_the_readout_null_space
     problem = T.copy_task(spec, seq_len=12, vocab=8, seed=0)
     params = problem.init(0)
     attn = T.attention_part(params)
-    input_null = modelsym.complement(params["embed"])
-    output_null = modelsym.blind_readout(params["unembed"])
-    normal = modelsym.affine_normal(params["embed"])  # 8 independent embeddings lie on a hyperplane x . a = 1
-    assert (input_null.shape[1], output_null.shape[1]) == (8, 9) and normal is not None
-    assert torch.allclose(params["embed"].double() @ normal, torch.ones(8, dtype=torch.float64))
+    input_null, output_null, normal = copy_invariants(params)  # 8 independent embeddings lie on a hyperplane x . a = 1
     dims = modelsym.model_dimensions(attn, spec, input_null, output_null, normal)
     # without biases or unrotated coordinates, the affine moves are the heads' constant outputs that cancel: 2 d_v - 7
     assert dims["affine"] == 2 * spec.v_head_dim - 7 and dims["model"] > dims["orbit"] + dims["input"] + dims["output"]

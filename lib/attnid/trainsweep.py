@@ -5,17 +5,22 @@ steps, seed, dtype, what to measure) in plain values, so ``attnid.sweep.run_swee
 worker process or a Dask worker; ``run_training`` builds the problem there and returns a
 ``TrainResult`` of plain values. A run depends on its task alone, so the data a sweep writes do not
 depend on the number or kind of workers.
+
+The copy task's runs are also measured against everything its model cannot see, not only the
+layer's orbit (``copy_invariants``, ``attnid.modelsym``): the measured steps' updates are taken from
+the points the loss is evaluated at (``_Trajectory``), so ``training.train`` itself is unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from . import modelsym
 from . import symmetry as sym
 from . import training as T
-from .spec import AttentionSpec
+from .spec import AttentionSpec, Params
 
 PROBLEMS = ("teacher-student", "copy")
 
@@ -69,6 +74,7 @@ class TrainResult:
     """What a run gives the experiments: the orbit's size at the start and ``training.History`` in plain values."""
 
     tangent_dim: int  # u: the orbit tangent's dimension at the initial point
+    model_dim: int | None  # the dimension of all the model cannot see there (copy task), None where that is the orbit
     parameters: int  # P: the measured layer's parameter count
     loss: tuple[float, ...]
     shares: tuple[tuple[int, dict[str, float]], ...]
@@ -83,16 +89,64 @@ def _flat(params: dict[str, torch.Tensor], name: str) -> tuple[float, ...]:
     return tuple(params[name].detach().cpu().double().reshape(-1).tolist()) if name in params else ()
 
 
+def copy_invariants(params: Params) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(input_null, output_null, normal) of ``modelsym`` for the copy task at a point (all its parameters).
+
+    The layer reads rows of the embedding E only, so its inputs span E's row space and lie on the
+    hyperplane x . a = 1 when E's rows are independent; its output reaches the loss only through
+    the unembedding U, up to the constant softmax cross-entropy ignores. Measured at the point with
+    the rank rule of ``attnid.rank``: the directions change as E and U train.
+    """
+    embed, unembed = params["embed"].detach().double().cpu(), params["unembed"].detach().double().cpu()
+    return modelsym.complement(embed), modelsym.blind_readout(unembed), modelsym.affine_normal(embed)
+
+
+class _Trajectory:
+    """A problem's loss that keeps a float64 copy of the point it is evaluated at, for the steps whose update is measured.
+
+    ``training.train`` evaluates the loss once per step, at the point before the step, so the point
+    of call k is theta_k and update k is theta_{k+1} - theta_k (the last one ends at
+    ``history.final``). Only the calls k with k or k - 1 a multiple of ``every`` are kept.
+    """
+
+    def __init__(self, loss, every: int) -> None:
+        self.loss, self.every, self.calls, self.points = loss, every, 0, {}
+
+    def __call__(self, params: Params) -> torch.Tensor:
+        k, self.calls = self.calls, self.calls + 1
+        if k % self.every == 0 or (k - 1) % self.every == 0:
+            self.points[k] = {n: p.detach().double().cpu().clone() for n, p in params.items()}
+        return self.loss(params)
+
+    def model_shares(self, history: T.History, spec: AttentionSpec) -> list[tuple[int, dict[str, float]]]:
+        """Each measured step's orbit shares (as ``train`` recorded them) with the model's kinds and 'model' added."""
+        final = {n: p.double().cpu() for n, p in history.final.items()}
+        out = []
+        for step, shares in history.shares:
+            before, after = self.points[step], self.points.get(step + 1, final)
+            attention = T.attention_part(before)
+            update = {n: p - attention[n] for n, p in T.attention_part(after).items()}
+            measured = modelsym.model_shares(update, attention, spec, *copy_invariants(before))
+            out.append((step, {**shares, **{k: v for k, v in measured.items() if k not in shares}}))
+        return out
+
+
 def run_training(task: TrainRun) -> TrainResult:
     """``training.train`` for one ``TrainRun`` (a module-level function, so a sweep's workers can import it)."""
     problem, spec = task.build(), task.spec()
     start = problem.init(task.seed)
     attention = {n: p.double().cpu() for n, p in T.attention_part(start).items()}
+    model = task.problem == "copy"  # teacher-student: the loss reads every output, Gaussian inputs span R^d
+    if model and task.measure_every:
+        trajectory = _Trajectory(problem.loss, task.measure_every)
+        problem = replace(problem, loss=trajectory)
     history = T.train(problem, optimiser=task.optimiser, lr=task.lr, steps=task.steps, seed=task.seed,
                       gradient=task.gradient, weight_decay=task.weight_decay, measure_every=task.measure_every)
+    shares = trajectory.model_shares(history, spec) if model and task.measure_every else history.shares
+    model_dim = modelsym.model_dimensions(attention, spec, *copy_invariants(start))["model"] if model else None
     return TrainResult(
-        tangent_dim=int(sym.orbit_tangent(attention, spec).shape[1]), parameters=sum(p.numel() for p in attention.values()),
-        loss=tuple(history.loss), shares=tuple(history.shares),
+        tangent_dim=int(sym.orbit_tangent(attention, spec).shape[1]), model_dim=model_dim,
+        parameters=sum(p.numel() for p in attention.values()), loss=tuple(history.loss), shares=tuple(shares),
         drift=tuple(history.drift[-1]) if history.drift else (float("nan"), float("nan")),
         key_bias=tuple(history.key_bias), start_key_bias=_flat(start, T.ATTENTION_PREFIX + "b_K"),
         final_key_bias=_flat(history.final, T.ATTENTION_PREFIX + "b_K"), diverged=history.diverged)
