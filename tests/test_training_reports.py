@@ -51,6 +51,29 @@ def test_a_tangent_dimension_that_differs_between_seeds_is_refused():
         TR.chance_levels(runs)
 
 
+def model_row(opt: str, seed: int, share: float, model_share: float, gradient: str = "loss") -> dict:
+    row = share_row(opt, seed, share, gradient) | {"task": "copy"}
+    return row | {"median_model_share": str(model_share), "max_model_share": str(model_share),
+                  "model_chance_mean": "0.8", "model_chance_rms": "0.8", "model_dim": "10"}
+
+
+def test_only_problems_whose_model_adds_directions_are_measured_against_the_model_span():
+    rows = [share_row("adam", s, 0.2) | {"model_dim": ""} for s in range(10)]  # teacher-student: no model columns
+    rows += [model_row("adam", s, 0.25, 0.4 + 0.01 * s) for s in range(10)]
+    rows += [model_row("adam", s, 0.5, 0.7, gradient="random") for s in range(10)]
+    rows += [model_row("sgd", s, 1e-15, 2e-15) for s in range(10)]
+    runs = TR.group_runs(rows)
+    assert set(TR.chance_levels(runs)) == {("toy", "d=4"), ("copy", "d=4")}
+    assert set(TR.chance_levels(runs, TR.MODEL)) == {("copy", "d=4")}
+    model = TR.share_results(runs, TR.MODEL, n_boot=200)
+    assert [r.optimiser for r in model] == ["adam", "sgd"] and model[0].chance.mean == 0.8
+    assert TR.largest_sgd_share(runs, span=TR.MODEL) == pytest.approx(2e-15)
+    found = TR.model_findings(TR.share_results(runs, n_boot=200), model)
+    assert found["model-adam-below-chance"] == 1 and found["model-adam-below-random"] == 1  # 0.4 + x < 0.7 < 0.8
+    assert found["model-adam-ratio-min"] == pytest.approx(0.445 / 0.8)  # the median over seeds against chance
+    assert found["orbit-adam-ratio-min"] == pytest.approx(0.25 / 0.5) and found["model-u"] == 10
+
+
 def test_the_fixed_time_drift_slope_of_an_exact_power_law_is_recovered():
     etas = [0.01, 0.02, 0.04, 0.08]
     table = [{"seed": str(s), "step_size": str(e), "drift_qk": str(0.5 * (s + 1) * e ** 1.5), "drift_vo": "0"}

@@ -93,29 +93,52 @@ class ShareResult:
     vs_random: PairedSummary | None = None
 
 
-def chance_levels(runs: Mapping[Key, Sequence[Row]]) -> dict[Problem, Chance]:
-    """Each problem's chance level, checked to be the same in every seed and optimiser."""
+@dataclass(frozen=True)
+class Span:
+    """The subspace a share is measured against, as the CSV's columns name it."""
+
+    share: str        # per run, the median share over the measured steps
+    largest: str      # per run, the largest share of a measured step
+    chance_mean: str
+    chance_rms: str
+    dim: str          # its dimension u at the initial point
+
+
+ORBIT = Span("median_share", "max_share", "chance_mean", "chance_rms", "tangent_dim")  # the layer's orbit
+MODEL = Span("median_model_share", "max_model_share", "model_chance_mean", "model_chance_rms", "model_dim")  # all the model cannot see
+
+
+def chance_levels(runs: Mapping[Key, Sequence[Row]], span: Span = ORBIT) -> dict[Problem, Chance]:
+    """Each problem's chance level against ``span``, checked to be the same in every seed and optimiser.
+
+    Problems whose rows leave ``span.dim`` empty (the model adds nothing to the orbit) are left out.
+    """
     levels: dict[Problem, Chance] = {}
     for task, layout, opt in settings(runs):
         rs = runs[task, layout, opt, "loss", "float64"]
-        if len({(r["tangent_dim"], r["parameters"]) for r in rs}) != 1:
-            raise ValueError(f"{task} {layout} {opt}: the tangent dimension differs between seeds")
+        if not rs[0].get(span.dim):
+            continue
+        if len({(r[span.dim], r["parameters"]) for r in rs}) != 1:
+            raise ValueError(f"{task} {layout} {opt}: the tangent dimension differs between seeds ({span.dim})")
         r = rs[0]
-        levels[task, layout] = Chance(float(r["chance_mean"]), float(r["chance_rms"]), int(r["tangent_dim"]),
+        levels[task, layout] = Chance(float(r[span.chance_mean]), float(r[span.chance_rms]), int(r[span.dim]),
                                       int(r["parameters"]))
     return levels
 
 
-def share_results(runs: Mapping[Key, Sequence[Row]], *, n_boot: int = N_BOOT, tie: float = SHARE_TIE) -> list[ShareResult]:
-    """Every float64 setting's shares against chance and, where run, against its random-gradient arm."""
-    levels, results = chance_levels(runs), []
+def share_results(runs: Mapping[Key, Sequence[Row]], span: Span = ORBIT, *, n_boot: int = N_BOOT,
+                  tie: float = SHARE_TIE) -> list[ShareResult]:
+    """Every float64 setting's shares against ``span``'s chance and, where run, against its random-gradient arm."""
+    levels, results = chance_levels(runs, span), []
     for task, layout, opt in settings(runs):
+        if (task, layout) not in levels:
+            continue
         chance = levels[task, layout]
-        real = column(runs[task, layout, opt, "loss", "float64"], "median_share")
+        real = column(runs[task, layout, opt, "loss", "float64"], span.share)
         vs_chance = paired_summary(real, np.full_like(real, chance.mean), n_boot=n_boot, seed=0, tie=tie)
         random = vs_random = None
         if (task, layout, opt, "random", "float64") in runs:
-            random = column(runs[task, layout, opt, "random", "float64"], "median_share")
+            random = column(runs[task, layout, opt, "random", "float64"], span.share)
             vs_random = paired_summary(real, random, n_boot=n_boot, seed=0, tie=tie)
         results.append(ShareResult(task, layout, opt, chance, real, vs_chance, random, vs_random))
     return results
@@ -176,9 +199,34 @@ def share_findings(runs: Mapping[Key, Sequence[Row]], results: Sequence[ShareRes
     }
 
 
-def largest_sgd_share(runs: Mapping[Key, Sequence[Row]], dtype: str = "float64") -> float:
-    """The largest share any SGD step took in ``dtype`` (exact gradients: zero up to rounding)."""
-    return max(float(column(v, "max_share").max()) for k, v in runs.items() if k[2] == "sgd" and k[3:] == ("loss", dtype))
+def largest_sgd_share(runs: Mapping[Key, Sequence[Row]], dtype: str = "float64", span: Span = ORBIT) -> float:
+    """The largest share against ``span`` any SGD step took in ``dtype`` (exact gradients: zero up to rounding)."""
+    return max(float(column(v, span.largest).max()) for k, v in runs.items()
+               if k[2] == "sgd" and k[3:] == ("loss", dtype) and v[0].get(span.largest))
+
+
+def model_findings(orbit: Sequence[ShareResult], model: Sequence[ShareResult]) -> dict[str, Any]:
+    """What the prose says of the copy task against its model's span: Adam-like shares against chance and noise, beside the orbit's."""
+    if not model:
+        raise ValueError("no setting was measured against the model's span")
+    by_setting = {(r.task, r.layout, r.optimiser): r for r in orbit}
+    adam = [r for r in model if r.optimiser in ("adam", "adamw")]
+    noise = [r for r in adam if r.vs_random is not None]
+    if not (adam and noise):
+        raise ValueError("the model findings need Adam or AdamW settings with a random-gradient arm")
+    ratio = lambda r: float(np.median(r.shares)) / r.chance.mean
+    return {
+        "model-chance": model[0].chance.mean, "model-u": model[0].chance.tangent_dim,
+        "model-adam-min": min(float(np.median(r.shares)) for r in adam),
+        "model-adam-max": max(float(np.median(r.shares)) for r in adam),
+        "model-adam-ratio-min": min(ratio(r) for r in adam), "model-adam-ratio-max": max(ratio(r) for r in adam),
+        "orbit-adam-ratio-min": min(ratio(by_setting[r.task, r.layout, r.optimiser]) for r in adam),
+        "orbit-adam-ratio-max": max(ratio(by_setting[r.task, r.layout, r.optimiser]) for r in adam),
+        "model-adam-below-chance": sum(r.vs_chance.high < 0 for r in adam), "model-adam-settings": len(adam),
+        "model-adam-below-random": sum(r.vs_random.high < 0 for r in noise), "model-noise-settings": len(noise),
+        "model-random-min": min(float(np.median(r.random)) for r in noise),
+        "model-random-max": max(float(np.median(r.random)) for r in noise),
+    }
 
 
 def share_figure(curve_table: Sequence[Row], runs: Mapping[Key, Sequence[Row]], optimisers: Sequence[str]):
