@@ -51,3 +51,22 @@ def test_a_quoted_string_and_a_bold_number_are_warned_about(monkeypatch: pytest.
     monkeypatch.setattr(sphinxext.LOG, "warning", lambda message, **kwargs: messages.append(message))
     sphinxext.typeset_glued_numbers(None, _document(quoted, bold), "probe")
     assert any("quote marks" in m for m in messages) and any("bold" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(("alt", "why"), [
+    (None, "no alt text"), ("  ", "no alt text"), ("_images/abc123.svg", "file name"), ("fig.png", "file name"),
+    ("figure data", "fewer than"),
+])
+def test_a_figure_without_words_for_its_alt_text_is_found(alt: str | None, why: str) -> None:
+    assert why in sphinxext.alt_problem(alt)
+
+
+def test_a_figure_with_an_alt_text_passes_and_one_without_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    warned = []
+    monkeypatch.setattr(sphinxext.LOG, "warning", lambda message, location=None: warned.append(message))
+    doc = new_document("test", get_default_settings(Parser))
+    good = nodes.figure("", nodes.image(uri="a.svg", alt="Shares against the step, one line per optimiser"))
+    bad = nodes.figure("", nodes.image(uri="_images/b.svg"))
+    doc += [good, bad, nodes.image(uri="logo.svg")]  # an image outside a figure (a logo) is not checked
+    sphinxext.figure_alt_text(None, doc, "test")
+    assert len(warned) == 1 and "no alt text" in warned[0]

@@ -12,6 +12,8 @@
   (7.1e-03 becomes 7.1 × 10⁻³), the one rule for every chapter; a glued string that shows its
   quote marks (a repr glued) or a glued number set in bold is a build warning, which fails the
   book's ``-W`` build.
+- Warns (so fails ``-W``) about a figure whose image has no alt text of its own: without ``:alt:``
+  the HTML falls back to the image's file name, which is all a screen reader would say.
 """
 
 from __future__ import annotations
@@ -124,8 +126,33 @@ def typeset_glued_numbers(app: Any, doctree: Any, docname: str) -> None:
             node.children = [nodes.Text(shown)]
 
 
+ALT_MIN_WORDS = 6
+FILE_NAME = re.compile(r"^\S+\.(svg|png|jpe?g|gif|pdf)$", re.IGNORECASE)
+
+
+def alt_problem(alt: str | None) -> str | None:
+    """Why ``alt`` does not describe a figure (missing, a file name, a few words), or None when it does."""
+    if not alt or not alt.strip():
+        return "has no alt text"
+    if FILE_NAME.match(alt.strip()) or "/" in alt.split()[0]:
+        return f"has a file name for alt text ({alt[:40]})"
+    if len(alt.split()) < ALT_MIN_WORDS:
+        return f"has an alt text of fewer than {ALT_MIN_WORDS} words ({alt[:40]})"
+    return None
+
+
+def figure_alt_text(app: Any, doctree: Any, docname: str) -> None:
+    """doctree-resolved handler: every figure's image says in words what it shows (``:alt:``)."""
+    for figure in doctree.findall(nodes.figure):
+        for image in figure.findall(nodes.image):
+            problem = alt_problem(image.get("alt"))
+            if problem:
+                LOG.warning(f"a figure {problem}: give its directive an :alt: that says what it shows", location=figure)
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("doctree-resolved", typeset_glued_numbers)
+    app.connect("doctree-resolved", figure_alt_text)
     app.connect("html-page-context", data_download)
     app.connect("config-inited", serve_vendor)
     app.connect("html-page-context", drop_thebe, priority=900)
