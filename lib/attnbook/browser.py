@@ -156,13 +156,14 @@ async () => {
                               'column: part of it is out of sight']);
   }
   // A text output or code block sits in a scroll box, which the overflow check accepts; at desktop width
-  // none may need it (code wraps, book.css; an output that is a table must fit).
-  if (window.innerWidth >= 1000)
-    for (const pre of column.querySelectorAll('pre')) {
-      if (pre.scrollWidth > pre.clientWidth + 1)
-        found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
-                              'a text output the reader has to scroll']);
-    }
+  // none may need it (code wraps, book.css; an output that is a table must fit), and on a phone no cell's
+  // text output may (a result printed as fixed-width text belongs in a table).
+  const pres = window.innerWidth >= 1000 ? column.querySelectorAll('pre') : column.querySelectorAll('.cell_output pre');
+  for (const pre of pres) {
+    if (pre.scrollWidth > pre.clientWidth + 1)
+      found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
+                            'a text output the reader has to scroll']);
+  }
   // Glued numbers read like the prose's: no quote marks (a string's repr), no E notation, no bold.
   for (const g of column.querySelectorAll('.pasted-text, span.output.text_plain')) {
     const t = g.textContent.trim();

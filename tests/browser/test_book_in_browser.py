@@ -133,6 +133,17 @@ def phone_kinds(html_root: Path, page: Path) -> dict[str, list[str]]:
     return found
 
 
+def test_a_text_output_that_scrolls_on_a_phone_fails_there(html_root: Path, broken) -> None:  # noqa: ANN001
+    output = '<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">' \
+             '<div class="highlight"><pre>' + "y" * 90 + '</pre></div></div></div>'
+    assert "output" not in kinds(html_root, broken("phoneoutput", output))  # 90 characters fit at desktop width
+    found = phone_kinds(html_root, broken("phoneoutput", output))
+    assert any("y" * 60 in d for d in found.get("output", [])), found
+    code = '<div class="highlight-bash notranslate"><div class="highlight"><pre style="white-space: pre">' + "z" * 90 + \
+           '</pre></div></div>'
+    assert "output" not in phone_kinds(html_root, broken("phonecode", code))  # a code block may scroll on a phone
+
+
 def test_glued_numbers_with_quotes_e_notation_or_bold_fail(html_root: Path, broken) -> None:  # noqa: ANN001
     html = ('<p>quoted <span class="pasted-text" id="probe-q">\'1e-06\'</span>, '
             'raw <span class="output text_plain" id="probe-e">2.7e-04</span>, '
