@@ -542,6 +542,24 @@ def test_bad_masks_are_named(kw: dict, error: type, message: str) -> None:
         attention(q, k, v, **kw)
 
 
+def test_a_tangent_along_the_mask_is_refused_not_dropped(gen: torch.Generator) -> None:
+    # The kernels hold the mask constant: a tangent along an additive mask (torch.func.jvp, or a dual tensor)
+    # must fail loudly instead of counting as zero, while the reference differentiates it.
+    q, k, v = (torch.randn(1, 2, 5, 16, generator=gen) for _ in range(3))
+    bias, t_bias = (torch.randn(1, 2, 5, 5, generator=gen) for _ in range(2))
+    through = lambda backend: lambda m: attention(q, k, v, mask=m, backend=backend)
+    with pytest.raises(ValueError, match="forward-mode tangent"):
+        torch.func.jvp(through("triton"), (bias,), (t_bias,))
+    with torch.autograd.forward_ad.dual_level():
+        with pytest.raises(ValueError, match="forward-mode tangent"):
+            through("triton")(torch.autograd.forward_ad.make_dual(bias, t_bias))
+    _, t_ref = torch.func.jvp(through("reference"), (bias.double(),), (t_bias.double(),))
+    assert t_ref.abs().max() > 0.01
+    # a mask without a tangent still works under every transform of q
+    _, t_q = torch.func.jvp(lambda x: attention(x, k, v, mask=bias, backend="triton"), (q,), (q,))
+    assert torch.isfinite(t_q).all()
+
+
 def test_the_reference_differentiates_an_additive_mask(gen: torch.Generator) -> None:
     q, k, v = (torch.randn(1, 2, 4, 16, generator=gen, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)

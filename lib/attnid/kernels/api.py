@@ -269,6 +269,13 @@ def _not_provided(what: str) -> str:
             "derivative of a forward-mode tangent, use backend='reference'.")
 
 
+def _refuse_mask_tangent(t_mask: torch.Tensor | None) -> None:
+    """The kernels hold the mask constant: a tangent along it would silently count as zero, so it is an error."""
+    if t_mask is not None:
+        raise ValueError("the kernels take the mask as a constant and give no derivative along it (here a "
+                         "forward-mode tangent); use backend='reference' to differentiate an additive mask")
+
+
 class _FlashAttention(torch.autograd.Function):
     """out, lse = attention(q, k, v, sink); reverse mode through the backward kernels, forward mode through the tangent kernel."""
 
@@ -284,20 +291,24 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, sink, mask, lengths, settings = inputs
         out, lse = output
         ctx.settings = settings
+        ctx.set_materialize_grads(False)  # an input without a tangent (a constant mask) gives None, not zeros
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, sink, mask, lengths, out, lse)
         ctx.save_for_forward(q, k, v, sink, mask, lengths, out, lse)
 
     @staticmethod
     def backward(ctx, d_out, _d_lse):  # type: ignore[override]
+        if d_out is None:  # the output took no part in the loss (grads are not materialised)
+            return None, None, None, None, None, None, None
         q, k, v, sink, mask, lengths, out, lse = ctx.saved_tensors
         dq, dk, dv, d_sink = _FlashBackward.apply(q, k, v, sink, mask, lengths, d_out, out.detach(), lse.detach(),
                                                   ctx.settings)
         return dq, dk, dv, d_sink if sink is not None and ctx.needs_input_grad[3] else None, None, None, None
 
     @staticmethod
-    def jvp(ctx, tq, tk, tv, t_sink, _t_mask, _t_lengths, _settings):  # type: ignore[override]
-        q, k, v, sink, mask, lengths, _out, _lse = ctx.saved_tensors  # the mask is detached: a constant
+    def jvp(ctx, tq, tk, tv, t_sink, t_mask, _t_lengths, _settings):  # type: ignore[override]
+        _refuse_mask_tangent(t_mask)
+        q, k, v, sink, mask, lengths, _out, _lse = ctx.saved_tensors
         _, t_out, _, _ = _forward_tangent(q, k, v, sink, (mask, lengths), (tq, tk, tv, t_sink), ctx.settings)
         return t_out, None
 
@@ -328,6 +339,7 @@ class _FlashBackward(torch.autograd.Function):
     def setup_context(ctx, inputs, output):  # type: ignore[override]
         q, k, v, sink, mask, lengths, d_out, _out, _lse, settings = inputs
         ctx.settings = settings
+        ctx.set_materialize_grads(False)  # as in _FlashAttention: no zeros made up for a constant mask
         ctx.save_for_backward(q, k, v, sink, mask, lengths, d_out)
         ctx.save_for_forward(q, k, v, sink, mask, lengths, d_out)
 
@@ -338,11 +350,14 @@ class _FlashBackward(torch.autograd.Function):
         # pass's tangent along the cotangent.
         q, k, v, sink, mask, lengths, d_out = ctx.saved_tensors
         along = (g_dq, g_dk, g_dv, g_sink if sink is not None else None)
+        if all(g is None for g in along):  # no part of (dq, dk, dv, d_sink) took part in the loss
+            return (None,) * 10
         grads, t_out = _backward_tangent(q, k, v, sink, (mask, lengths), d_out, along, None, ctx.settings)
         return grads[0], grads[1], grads[2], grads[3], None, None, t_out, None, None, None
 
     @staticmethod
-    def jvp(ctx, tq, tk, tv, t_sink, _t_mask, _t_lengths, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
+    def jvp(ctx, tq, tk, tv, t_sink, t_mask, _t_lengths, t_dout, _t_out, _t_lse, _settings):  # type: ignore[override]
+        _refuse_mask_tangent(t_mask)
         q, k, v, sink, mask, lengths, d_out = ctx.saved_tensors
         grads, _ = _backward_tangent(q, k, v, sink, (mask, lengths), d_out, (tq, tk, tv, t_sink), t_dout, ctx.settings)
         return grads
@@ -394,8 +409,9 @@ def check_masks(mask: Any, key_lengths: Any, q: torch.Tensor, k: torch.Tensor, *
 
     ``mask``: boolean (True: the pair takes part) or floating (added to the scores; -inf hides), of any shape
     that broadcasts to (B, H, N_q, N_k). ``key_lengths``: integers (B,), each between 1 and N_k: batch row b
-    sees only its first key_lengths[b] keys (a key padding mask). The kernels take the mask as a constant
-    (detached); for them (``for_kernels``) a mask that requires a gradient is refused, since they give none.
+    sees only its first key_lengths[b] keys (a key padding mask). The kernels take the mask as a constant:
+    for them (``for_kernels``) a mask that requires a gradient is refused here, since they give none, and one
+    that carries a forward-mode tangent is refused by their ``jvp`` (it reaches them undetached for that).
     """
     (b, h, n_q, _), n_k = q.shape, k.shape[2]
     full = (b, h, n_q, n_k)
@@ -414,7 +430,7 @@ def check_masks(mask: Any, key_lengths: Any, q: torch.Tensor, k: torch.Tensor, *
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, N_q, N_k) = {full}") from None
         if mask.dtype == torch.bool:
             mask = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill(~mask, float("-inf"))
-        mask = mask.detach().float().expand(full)
+        mask = mask.float().expand(full)
     if key_lengths is not None:
         if not isinstance(key_lengths, torch.Tensor) or key_lengths.dtype.is_floating_point or key_lengths.dtype == torch.bool:
             raise TypeError(f"key_lengths must be an integer tensor of shape (B,) = ({b},), got {key_lengths!r:.80}")
@@ -455,7 +471,8 @@ def attention(
     `mask` (boolean, True where a pair takes part, or additive, broadcasting to (B, H, N_q, N_k)) and
     `key_lengths` (B,) (row b sees its first key_lengths[b] keys) hide pairs on top of the causal mask; a
     query row left with no key (and no sink) returns zeros. On Triton the mask is a constant: a mask that
-    requires a gradient is refused (the reference differentiates an additive mask).
+    requires a gradient or carries a forward-mode tangent is refused (the reference differentiates an
+    additive mask).
     Differentiable in reverse mode (`backward`, `torch.func.grad`), forward mode (`torch.func.jvp`, `jacfwd`) and to
     second order (`hessian`, `jvp(grad(f))`, double backward), every order by the fused kernels in O(B H N) memory;
     not to third order.
