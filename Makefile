@@ -105,7 +105,7 @@ pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF (cover, contents,
 bench: $(STAMP)  ## time the Triton kernels against SDPA (CUDA only) -> data/bench/attention_<device>.csv
 	$(PY) scripts/bench_attention.py $(ARGS)
 
-gpu-check: $(STAMP)  ## CUDA only: kernels vs float64 in bf16/fp16/fp32 (fwd, bwd, JVP), then a reduced bench -> data/bench/ (exit 2 without CUDA)
+gpu-check: $(STAMP)  ## CUDA only: kernels vs float64 in bf16/fp16/fp32 (fwd, bwd, JVP, HVP; cross-attention, masks), then a reduced bench -> data/bench/ (exit 2 without CUDA)
 	$(PY) scripts/gpu_check.py $(ARGS)
 
 check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed) and check its shared memory

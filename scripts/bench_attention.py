@@ -222,6 +222,9 @@ def bench_shape(b: int, h: int, g: int, n: int, d: int, causal: bool, dtype, dev
     if peer is not None and g < h:  # the package has no GQA: its keys and values are repeated to H heads, untimed
         why += "; k and v repeated to H heads (the package has no GQA)"
     ke, ve, tke, tve = (x.repeat_interleave(h // g, dim=1) for x in (k, v, tk, tv)) if peer else (k, v, tk, tv)
+    if peer is not None:  # timed only where its tangent is the true one (checked against ours, once per shape)
+        wrong = peer_tangent_error(peer, ours_fn, (q, k, v), (ke, ve), (tq, tk, tv), (tke, tve))
+        peer, why = (None, f"skipped: {why}: {wrong}") if wrong else (peer, why)
     record("jvp", PEER, False, (lambda: torch.func.jvp(peer, (q, ke, ve), (tq, tke, tve))) if peer else None, why)
     record("hvp", PEER, False, hvp_of(peer, (q, ke, ve), (tq, tke, tve)) if peer else None, why)
 
@@ -272,8 +275,28 @@ def hvp_of(forward: Callable | None, primals: tuple, tangents: tuple) -> Callabl
     return lambda: torch.func.jvp(grad, primals, tangents)
 
 
+PEER_TANGENT_TOL = 5e-2  # bf16: the peer's tangent against ours, max |diff| / max |ours|, before either is timed
+
+
+def peer_tangent_error(peer: Callable, ours_fn: Callable, primals: tuple, peer_kv: tuple, tangents: tuple,
+                       peer_t_kv: tuple) -> str:
+    """Empty when the peer's output tangent agrees with ours on this shape; else what went wrong, for the note."""
+    import torch
+
+    try:
+        _, want = torch.func.jvp(ours_fn, primals, tangents)
+        _, got = torch.func.jvp(peer, (primals[0], *peer_kv), (tangents[0], *peer_t_kv))
+    except (RuntimeError, ValueError, TypeError) as err:
+        return "its jvp failed: " + str(err).splitlines()[0][:60].replace(",", ";")
+    scale = float(want.float().abs().max())
+    error = float((got.float() - want.float()).abs().max()) / max(scale, 1e-30)
+    return "" if error <= PEER_TANGENT_TOL else f"its tangent is off by {error:.1e} of ours"
+
+
 def peer_attention(causal: bool) -> tuple[Callable | None, str]:
-    """The peer package's attention(q, k, v, causal=...) (0.14.0: keys and values with H heads), or None and why not."""
+    """The peer package's attention with forward-mode support, JVPAttn.fwd_dual(q, k, v, causal=...) (0.14.0:
+    keys and values with H heads; its plain ``attention`` is JVPAttn.fwd, which computes no tangent), or None
+    and why not."""
     import importlib
     import importlib.metadata
     import inspect
@@ -282,7 +305,9 @@ def peer_attention(causal: bool) -> tuple[Callable | None, str]:
         module = importlib.import_module(f"{PEER}.jvp_attention")
     except ImportError:
         return None, f"skipped: {PEER} is not installed (pip install {PEER})"
-    fn = module.attention
+    if not hasattr(getattr(module, "JVPAttn", None), "fwd_dual"):
+        return None, f"skipped: {PEER} has no JVPAttn.fwd_dual (its forward-mode entry point in 0.14.0)"
+    fn = module.JVPAttn.fwd_dual
     version = f"{PEER} {importlib.metadata.version(PEER)}"  # in the note: the sidecar records torch and triton only
     if "causal" in inspect.signature(fn).parameters:
         return functools.partial(fn, causal=causal), version
