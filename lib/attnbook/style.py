@@ -8,8 +8,10 @@ or glued) an SVG:
 - no wider than ``COLUMN_WIDTH_IN``: a figure made wider is scaled down to it before it is
   drawn (its layout redone with ``tight_layout``), so text keeps its point size instead of
   being shrunk by the browser (the column is about 690 CSS px, 7.2 in at 96 px per inch);
-- deterministic: a fixed ``svg.hashsalt`` for the ids and no date in the metadata, so two
-  executions write the same bytes and nbval can compare them;
+- deterministic: no date in the metadata, and element ids numbered in document order
+  (``stable_ids``) instead of matplotlib's hashes of float coordinates, whose last bits (and so
+  the ids) change with the CPU; so two executions, on any machine, write the same bytes and
+  nbval can compare them;
 - colour-blind safe: the colour cycle is Okabe and Ito's palette (``OKABE_ITO``), so "C0" to "C7"
   in a chapter name colours that stay apart for readers with a colour-vision deficiency.
 
@@ -19,6 +21,7 @@ or glued) an SVG:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -53,12 +56,28 @@ def fit_to_column(fig: Any, width: float = COLUMN_WIDTH_IN) -> None:
         fig.tight_layout()
 
 
+# matplotlib names clip paths, markers and hatches by a hash of their (float) geometry: p/m/h + 10 hex digits
+HASHED_ID = re.compile(r'id="([a-z])([0-9a-f]{10})"')
+
+
+def stable_ids(text: str) -> str:
+    """``text`` (an SVG) with every hashed element id renamed by its order of first definition
+    (``p3311100a66`` -> ``p1``), so the bytes no longer depend on the last bits of a coordinate."""
+    names: dict[str, str] = {}
+    for kind, digest in HASHED_ID.findall(text):
+        names.setdefault(kind + digest, f"{kind}{sum(n[0] == kind for n in names) + 1}")
+    if not names:
+        return text
+    pattern = re.compile("(?<=[\"#])(" + "|".join(map(re.escape, names)) + ")(?=[\")])")
+    return pattern.sub(lambda m: names[m.group(1)], text)
+
+
 def svg(fig: Any) -> str:
-    """The figure as SVG text, fitted to the column, without a date: what the book embeds."""
+    """The figure as SVG text, fitted to the column, without a date, ids numbered: what the book embeds."""
     from IPython.core.pylabtools import print_figure  # noqa: PLC0415 (only inside a kernel)
 
     fit_to_column(fig)
-    return print_figure(fig, "svg", bbox_inches="tight", metadata=SVG_METADATA)
+    return stable_ids(print_figure(fig, "svg", bbox_inches="tight", metadata=SVG_METADATA))
 
 
 def apply() -> None:
