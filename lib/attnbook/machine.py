@@ -35,7 +35,7 @@ import re
 # The machine that last wrote the book's per-machine measurements: they are the ones committed and shown
 # (.gitignore keeps this folder and ignores every other machines/<fingerprint>/). A session on another
 # machine moves it (and re-runs the pages that show them), since it cannot refresh the old folder.
-REFERENCE = "x86_64-amd-epyc-f25m17-avx512_icl-avx512-skylakex-t2"
+REFERENCE = "x86_64-intel-r-xeon-r-processor-2-80ghz-f6m106-avx512_icl-avx512-skylakex-t2"
 PER_MACHINE = "machines"  # data/**/machines/<fingerprint>/: measurements that depend on the machine
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
