@@ -275,7 +275,7 @@ def hvp_of(forward: Callable | None, primals: tuple, tangents: tuple) -> Callabl
     return lambda: torch.func.jvp(grad, primals, tangents)
 
 
-PEER_TANGENT_TOL = 5e-2  # bf16: the peer's tangent against ours, max |diff| / max |ours|, before either is timed
+PEER_TANGENT_TOL = 5e-2  # bf16: the peer's tangent against ours (the kernels' scaled error), before either is timed
 
 
 def peer_tangent_error(peer: Callable, ours_fn: Callable, primals: tuple, peer_kv: tuple, tangents: tuple,
@@ -283,14 +283,15 @@ def peer_tangent_error(peer: Callable, ours_fn: Callable, primals: tuple, peer_k
     """Empty when the peer's output tangent agrees with ours on this shape; else what went wrong, for the note."""
     import torch
 
+    from attnid.kernels.check import scaled_error
+
     try:
         _, want = torch.func.jvp(ours_fn, primals, tangents)
         _, got = torch.func.jvp(peer, (primals[0], *peer_kv), (tangents[0], *peer_t_kv))
     except (RuntimeError, ValueError, TypeError) as err:
         return "its jvp failed: " + str(err).splitlines()[0][:60].replace(",", ";")
-    scale = float(want.float().abs().max())
-    error = float((got.float() - want.float()).abs().max()) / max(scale, 1e-30)
-    return "" if error <= PEER_TANGENT_TOL else f"its tangent is off by {error:.1e} of ours"
+    error = scaled_error(got, want)  # NaN (a non-finite tangent) fails the comparison too
+    return "" if error <= PEER_TANGENT_TOL else f"its tangent is off by {error:.1e} (scaled error against ours)"
 
 
 def peer_attention(causal: bool) -> tuple[Callable | None, str]:

@@ -64,8 +64,11 @@ def stable_ids(text: str) -> str:
     """``text`` (an SVG) with every hashed element id renamed by its order of first definition
     (``p3311100a66`` -> ``p1``), so the bytes no longer depend on the last bits of a coordinate."""
     names: dict[str, str] = {}
+    counts: dict[str, int] = {}
     for kind, digest in HASHED_ID.findall(text):
-        names.setdefault(kind + digest, f"{kind}{sum(n[0] == kind for n in names) + 1}")
+        if kind + digest not in names:
+            counts[kind] = counts.get(kind, 0) + 1
+            names[kind + digest] = f"{kind}{counts[kind]}"
     if not names:
         return text
     pattern = re.compile("(?<=[\"#])(" + "|".join(map(re.escape, names)) + ")(?=[\")])")
