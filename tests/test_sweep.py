@@ -55,3 +55,23 @@ def test_the_worker_count_from_the_environment(monkeypatch):
         monkeypatch.setenv(JOBS_VARIABLE, bad)
         with pytest.raises(ValueError, match=JOBS_VARIABLE if bad in ("two", "1.5") else "jobs must be"):
             environment_jobs()
+
+
+@pytest.mark.slow
+def test_the_experiments_training_runs_do_not_depend_on_the_worker_count():
+    # The tasks the experiments fan out (attnid.trainsweep.run_training and the rebalancing runs), small: the
+    # same results, in task order, from one worker and from two.
+    from attnbook import rebalancing as RB
+    from attnid.trainsweep import TrainRun, run_training
+
+    training = [TrainRun("copy", 16, (2, 12, 8), "adam", 0.03, 6, 0, measure_every=2),
+                TrainRun("teacher-student", 8, (2, 2, 0.0, "none"), "momentum", 0.05, 6, 1, measure_every=2),
+                TrainRun("teacher-student", 8, (2, 2, 0.0, "none"), "adamw", 0.01, 6, 2, measure_every=3)]
+    one, two = (run_sweep(run_training, training, jobs=jobs) for jobs in (1, 2))
+    assert [repr(r) for r in one] == [repr(r) for r in two]  # repr: every float to its last bit, nan equal to nan
+    settings = {"D_MODEL": 8, "TEACHER_HEADS": 2, "STUDENT": [4, 4, 0.0, "none"], "STEPS": 8, "BALANCE_EVERY": 3,
+                "WEIGHT_DECAY": 0.01}
+    runs = RB.tasks(settings, [(3.0, "sgd", 0.1, "none"), (3.0, "adamw", 0.01, "balance")], range(2))
+    one, two = (run_sweep(RB.run, runs, jobs=jobs) for jobs in (1, 2))
+    assert one == two
+    assert [tuple(r[:5]) for r in one] == [(t.imbalance, t.optimiser, t.lr, t.variant, t.seed) for t in runs]
