@@ -246,6 +246,9 @@ class PdfContents:
     first_page_text: str
 
 
+
+LOAD_TIMEOUT_MS = 300_000  # for every wait of the printing page: loading, typesetting, layout passes
+
 def _typeset(page) -> None:  # noqa: ANN001 (a Playwright page)
     """Wait for the book's MathJax; raise if a formula did not typeset."""
     page.wait_for_function("() => !window.MathJax || (window.MathJax.startup && window.MathJax.startup.promise)")
@@ -311,6 +314,9 @@ def print_book(source: Path, target: Path) -> PdfReport:
         browser = pw.chromium.launch(executable_path=find_chromium(), args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": COLUMN_PX, "height": 1400})
+            # the one-page book (about 8 MB, every formula typeset) can take over Playwright's default 30 s to load
+            # on a busy 2-core machine: seen in a fresh-clone CI run while another build shared the cores
+            page.set_default_timeout(LOAD_TIMEOUT_MS)
             page.route("**/*", lambda route, request: route.continue_() if request.url.startswith(("file:", "data:"))
                        else route.abort())
             page.goto(source.resolve().as_uri(), wait_until="load")
