@@ -173,9 +173,9 @@ def test_a_bootstrap_finding_names_its_interval():
     assert found["x-low"] <= 2.0 <= found["x-high"]
 
 
-def _sweep_row(width: int, opt: str, lr: float, seed: int, share: float, diverged: str = "") -> dict:
+def _sweep_row(width: int, opt: str, lr: float, seed: int, share: float, diverged: str = "", max_loss: float = 1.0) -> dict:
     return {"d_model": str(width), "optimiser": opt, "lr": str(lr), "seed": str(seed), "chance_rms": "0.5",
-            "median_share": str(share), "diverged_at": diverged}
+            "median_share": str(share), "diverged_at": diverged, "first_loss": "1.0", "max_loss": str(max_loss)}
 
 
 def test_the_rate_width_sweep_locates_each_stability_edge():
@@ -183,10 +183,28 @@ def test_the_rate_width_sweep_locates_each_stability_edge():
             for s in range(2)]
     rows += [_sweep_row(16, "adam", lr, s, 0.1) for lr in (0.1, 0.5, 1.0, 2.0) for s in range(2)]
     cells = TR.sweep_cells(rows)
-    assert [c.diverged for c in cells[:4]] == [0, 0, 1, 0]
+    assert [c.unstable for c in cells[:4]] == [0, 0, 1, 0]
     assert cells[0].ratios.tolist() == pytest.approx([0.5, 1.0])
-    # the edge is the first rate where a seed diverged, whatever happens above it
+    # the edge is the first rate where a seed was unstable, whatever happens above it
     assert TR.stability_edges(cells) == {(8, "adam"): (0.5, 1.0), (16, "adam"): (2.0, None)}
     found = TR.sweep_findings(cells)
     assert found["sweep-edges-found"] == 1 and found["sweep-adam-min"] == pytest.approx(0.2)
-    assert "1 div." in TR.sweep_markdown(cells)
+    table = TR.sweep_markdown(cells)
+    assert "| Adam | 1 | 0.5 (1/2 unstable) | 0.2 |" in table and table.splitlines()[0] == "| optimiser | rate | d = 8 | d = 16 |"
+
+
+def test_a_loss_spike_counts_as_unstable_though_the_loss_stays_finite():
+    # Adam's step is bounded, so its loss spikes instead of overflowing: the rule catches both
+    spike = TR.SPIKE
+    rows = [_sweep_row(8, "adam", 0.1, 0, 0.2, max_loss=spike * 0.99), _sweep_row(8, "adam", 0.4, 0, 0.2, max_loss=spike * 1.01),
+            _sweep_row(8, "adam", 1.6, 0, 0.2, diverged="7", max_loss=float("inf"))]
+    assert [TR.unstable_run(r) for r in rows] == [False, True, True]
+    cells = TR.sweep_cells(rows)
+    assert TR.stability_edges(cells) == {(8, "adam"): (0.1, 0.4)}
+    assert [c.ratios.size for c in cells] == [1, 0, 0]
+
+
+def test_the_spike_threshold_is_a_parameter_of_the_rule():
+    row = _sweep_row(8, "adam", 0.4, 0, 0.2, max_loss=5.0)
+    assert not TR.unstable_run(row) and TR.unstable_run(row, spike=2.0)
+    assert TR.sweep_cells([row], spike=2.0)[0].unstable == 1

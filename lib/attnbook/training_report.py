@@ -514,6 +514,9 @@ def key_bias_figure(curve: Sequence[Row], kb_runs: Mapping[tuple[str, ...], Sequ
 # ---------------------------------------------------------------- rate x width: the share against chance, and stability
 
 
+SPIKE = 10.0  # a run whose loss ever rises above SPIKE x its first loss counts as unstable (Adam's loss spikes, never overflows)
+
+
 @dataclass(frozen=True)
 class SweepCell:
     """One (width, optimiser, rate) of the rate x width sweep: each stable seed's median share over its chance level."""
@@ -521,58 +524,61 @@ class SweepCell:
     width: int
     optimiser: str
     lr: float
-    ratios: np.ndarray  # seeds that ran to the end
-    diverged: int       # seeds that diverged
+    ratios: np.ndarray  # seeds that were stable (see ``unstable_run``)
+    unstable: int       # seeds whose loss became non-finite or spiked
 
 
-def sweep_cells(table: Sequence[Row]) -> list[SweepCell]:
-    """The sweep's (width, optimiser, rate) cells in the order of the data."""
+def unstable_run(row: Row, spike: float = SPIKE) -> bool:
+    """The sweep's stability rule: the loss became non-finite (``diverged_at``) or rose above spike x its first value."""
+    return row["diverged_at"] != "" or float(row["max_loss"]) > spike * float(row["first_loss"])
+
+
+def sweep_cells(table: Sequence[Row], spike: float = SPIKE) -> list[SweepCell]:
+    """The sweep's (width, optimiser, rate) cells in the order of the data (``spike``: see ``unstable_run``)."""
     cells = []
     for (width, opt, lr), rows in group_by(table, ("d_model", "optimiser", "lr")).items():
-        stable = [r for r in rows if r["diverged_at"] == ""]
+        stable = [r for r in rows if not unstable_run(r, spike)]
         ratios = np.array([float(r["median_share"]) / float(r["chance_rms"]) for r in stable])
         cells.append(SweepCell(int(width), opt, float(lr), ratios, len(rows) - len(stable)))
     return cells
 
 
 def stability_edges(cells: Sequence[SweepCell]) -> dict[tuple[int, str], tuple[float | None, float | None]]:
-    """(width, optimiser) -> (largest rate with no seed diverged, smallest rate with one diverged; None: not on the grid)."""
+    """(width, optimiser) -> (largest rate below the first unstable one with every seed stable, smallest rate with an
+    unstable seed; None: not on the grid)."""
     edges: dict[tuple[int, str], tuple[float | None, float | None]] = {}
     for key in dict.fromkeys((c.width, c.optimiser) for c in cells):
         mine = sorted((c for c in cells if (c.width, c.optimiser) == key), key=lambda c: c.lr)
-        first_bad = next((c.lr for c in mine if c.diverged), None)
-        stable = [c.lr for c in mine if not c.diverged and (first_bad is None or c.lr < first_bad)]
+        first_bad = next((c.lr for c in mine if c.unstable), None)
+        stable = [c.lr for c in mine if not c.unstable and (first_bad is None or c.lr < first_bad)]
         edges[key] = (stable[-1] if stable else None, first_bad)
     return edges
 
 
 def sweep_markdown(cells: Sequence[SweepCell]) -> str:
-    """Per width and optimiser, the median share / chance at each rate (diverged seeds counted)."""
-    rates: dict[str, list[float]] = {}
-    for c in cells:
-        rates.setdefault(c.optimiser, [])
-        if c.lr not in rates[c.optimiser]:
-            rates[c.optimiser].append(c.lr)
-    by_key = {(c.width, c.optimiser, c.lr): c for c in cells}
+    """One row per optimiser and rate, one column per width: the median share / chance of the stable seeds, and how
+    many seeds were unstable."""
+    widths = list(dict.fromkeys(c.width for c in cells))
+    by_key = {(c.optimiser, c.lr, c.width): c for c in cells}
     body = []
-    for width in dict.fromkeys(c.width for c in cells):
-        for opt, lrs in rates.items():
-            cells_text = []
-            for lr in lrs:
-                c = by_key[width, opt, lr]
-                text = f"{np.median(c.ratios):.2g}" if c.ratios.size else "-"
-                cells_text.append(text + (f" ({c.diverged} div.)" if c.diverged else ""))
-            body.append([str(width), NAMES[opt], " / ".join(f"{lr:g}" for lr in lrs), *cells_text])
-    header = ["d", "optimiser", "rates", "share / chance at rate 1", "rate 2", "rate 3", "rate 4"]
-    return markdown_table(header, body, right=(0,))
+    for opt, lr in dict.fromkeys(sorted(((c.optimiser, c.lr) for c in cells), key=lambda k: (list(NAMES).index(k[0]), k[1]))):
+        row = [NAMES[opt], f"{lr:g}"]
+        for width in widths:
+            c = by_key[opt, lr, width]
+            text = f"{np.median(c.ratios):.2g}" if c.ratios.size else "-"
+            row.append(text + (f" ({c.unstable}/{c.ratios.size + c.unstable} unstable)" if c.unstable else ""))
+        body.append(row)
+    header = ["optimiser", "rate", *(f"d = {w}" for w in widths)]
+    return markdown_table(header, body, right=tuple(range(1, 2 + len(widths))))
 
 
 def sweep_findings(cells: Sequence[SweepCell]) -> dict[str, Any]:
     """What the prose says of the sweep: the range of share / chance per optimiser over its stable cells, and the edges."""
     found: dict[str, Any] = {"sweep-widths": ", ".join(str(w) for w in dict.fromkeys(c.width for c in cells)),
-                             "sweep-cells": len(cells), "sweep-diverged-cells": sum(bool(c.diverged) for c in cells)}
+                             "sweep-cells": len(cells), "sweep-unstable-cells": sum(bool(c.unstable) for c in cells),
+                             "spike": SPIKE}
     for opt in dict.fromkeys(c.optimiser for c in cells):
-        medians = [float(np.median(c.ratios)) for c in cells if c.optimiser == opt and not c.diverged]
+        medians = [float(np.median(c.ratios)) for c in cells if c.optimiser == opt and not c.unstable]
         found |= {f"sweep-{opt}-min": min(medians), f"sweep-{opt}-max": max(medians)}
     edges = stability_edges(cells)
     found["sweep-edges-found"] = sum(bad is not None for _, bad in edges.values())
@@ -581,7 +587,7 @@ def sweep_findings(cells: Sequence[SweepCell]) -> dict[str, Any]:
 
 
 def sweep_figure(cells: Sequence[SweepCell]):
-    """Share / chance against the rate, one panel per optimiser, one line per width; crosses where a seed diverged."""
+    """Share / chance against the rate, one panel per optimiser, one line per width; crosses where a seed was unstable."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures only)
 
     optimisers = list(dict.fromkeys(c.optimiser for c in cells))
@@ -593,9 +599,9 @@ def sweep_figure(cells: Sequence[SweepCell]):
             ok = [c for c in mine if c.ratios.size]
             ax.plot([c.lr for c in ok], [max(float(np.median(c.ratios)), 1e-16) for c in ok], style, marker=marker, ms=4,
                     color=f"C{k}", label=f"d = {width}")
-            bad = [c for c in mine if c.diverged]
+            bad = [c for c in mine if c.unstable]
             ax.plot([c.lr for c in bad], [1.0] * len(bad), "x", color=f"C{k}", ms=7, mew=1.5,
-                    label="a seed diverged" if k == 0 and bad else None)
+                    label="a seed unstable" if k == 0 and bad else None)
         ax.set_xscale("log")
         ax.set_yscale("log")
         rates = sorted({c.lr for c in cells if c.optimiser == opt})
