@@ -94,6 +94,9 @@ test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the expe
 book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stored outputs (no execution; MathJax served locally)
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
+	@if [ -f _build/pdf/book.pdf ]; then cp _build/pdf/book.pdf _build/html/book.pdf; \
+	  echo "book: kept the PDF of the last make pdf (_build/pdf/book.pdf) beside the landing page; make pdf refreshes it"; \
+	else echo "book: no PDF yet, so the landing page's book.pdf link is dead until make pdf"; fi
 	@echo "book: $(abspath _build/html/index.html)"
 
 pdf: $(STAMP) $(MATHJAX) browser  ## the whole book as one PDF (cover, contents, bookmarks): one-page HTML build, printed by headless Chromium -> _build/pdf/book.pdf (and _build/html/book.pdf, which the landing page links)

@@ -22,3 +22,55 @@ document.addEventListener("DOMContentLoaded", () => {
     if (lines.filter(line => TABULAR.test(line.trim())).length < 2) pre.classList.add("prose-output");
   }
 });
+
+// A number in a table never breaks inside itself (a browser would break "7.9e-02" after its minus sign):
+// a cell that is a number does not wrap at all (book.css: td.number), and in a cell of words and numbers
+// each number with a sign or an exponent is kept whole (span.nobreak). Code (paths, hashes) is left alone.
+const NUMBER_CELL = /^(?:[^A-Za-z]*\d[^A-Za-z]*|[-+\u2212]?\d[\d.,]*e[-+\u2212]?\d+)$/;
+const SIGNED_NUMBER = /(?<![\w.])[-+\u2212]?\d[\d.,]*(?:e[-+\u2212]?\d+)?(?![\w.])/gi;
+function keepNumbersWhole(cell) {
+  const texts = [];
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode())
+    if (!n.parentElement.closest("code, pre, mjx-container, .math")) texts.push(n);
+  for (const node of texts) {
+    const text = node.textContent;
+    const parts = [];
+    let last = 0;
+    for (const m of text.matchAll(SIGNED_NUMBER)) {
+      if (!/[-+\u2212]/.test(m[0])) continue;  // only a sign or an exponent's minus gives a break opportunity
+      parts.push(document.createTextNode(text.slice(last, m.index)));
+      const span = document.createElement("span");
+      span.className = "nobreak";
+      span.textContent = m[0];
+      parts.push(span);
+      last = m.index + m[0].length;
+    }
+    if (!parts.length) continue;
+    parts.push(document.createTextNode(text.slice(last)));
+    node.replaceWith(...parts);
+  }
+}
+document.addEventListener("DOMContentLoaded", () => {
+  for (const cell of document.querySelectorAll(".bd-article td, .bd-article th")) {
+    if (NUMBER_CELL.test(cell.textContent.trim())) cell.classList.add("number");
+    else keepNumbersWhole(cell);
+  }
+});
+
+// A table wider than the column scrolls inside its own box: say so above it, on any screen where it does.
+function markScrollingTables() {
+  for (const table of document.querySelectorAll(".bd-article table")) {
+    let hint = table.previousElementSibling;
+    if (!(hint && hint.classList.contains("table-scroll-hint"))) {
+      hint = document.createElement("div");
+      hint.className = "table-scroll-hint";
+      hint.textContent = "Scroll the table sideways for all its columns \u2192";
+      table.before(hint);
+    }
+    hint.hidden = table.scrollWidth <= table.clientWidth + 1;
+  }
+}
+document.addEventListener("DOMContentLoaded", markScrollingTables);
+window.addEventListener("load", markScrollingTables);
+window.addEventListener("resize", markScrollingTables);

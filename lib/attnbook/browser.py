@@ -164,6 +164,25 @@ async () => {
       found.push(['output', `${describe(pre)} is ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box: ` +
                             'a text output the reader has to scroll']);
   }
+  // A number in a table is never broken over two lines ("7.9e-" then "02"): each number's text, as a range,
+  // lies on one line.
+  // (A number is a word of its own: digits inside a hash or a name are not one, nor is code.)
+  const numberToken = /(?<![\w.])[-+\u2212]?\d[\d.,]*(?:e[-+\u2212]?\d+)?(?![\w.])/gi;
+  for (const cell of column.querySelectorAll('td, th')) {
+    const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let broken = null;
+    for (let n = texts.nextNode(); n && !broken; n = texts.nextNode()) {
+      if (n.parentElement.closest('mjx-container, code, pre')) continue;
+      for (const m of n.textContent.matchAll(numberToken)) {
+        if (m[0].length < 2) continue;
+        const range = document.createRange();
+        range.setStart(n, m.index);
+        range.setEnd(n, m.index + m[0].length);
+        if (new Set(Array.from(range.getClientRects(), r => Math.round(r.top))).size > 1) { broken = m[0]; break; }
+      }
+    }
+    if (broken) found.push(['number', `${describe(cell)}: the number "${broken}" is broken over two lines`]);
+  }
   // Glued numbers read like the prose's: no quote marks (a string's repr), no E notation, no bold.
   for (const g of column.querySelectorAll('.pasted-text, span.output.text_plain')) {
     const t = g.textContent.trim();
@@ -187,6 +206,13 @@ async () => {
     rawReported.add(block);
     found.push(['raw', `${describe(block)} shows unrendered source: ` +
                        n.textContent.trim().replace(/\s+/g, ' ').slice(0, 80)]);
+  }
+  // A table that scrolls sideways says so above it (book.js), at any width.
+  for (const table of column.querySelectorAll('table')) {
+    if (table.scrollWidth <= table.clientWidth + 1) continue;
+    const hint = table.previousElementSibling;
+    if (!(hint && hint.classList.contains('table-scroll-hint') && hint.getBoundingClientRect().height > 0))
+      found.push(['table', `${describe(table)} scrolls sideways and nothing above it says so`]);
   }
   // On a phone a table that scrolls keeps its first column (the row's name) in view, and that column
   // leaves room for the values: at most half the visible width.

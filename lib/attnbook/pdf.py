@@ -7,13 +7,16 @@ lets the book's own MathJax typeset it, and lays it out for A4 paper before prin
   link to every chapter and section;
 - every chapter starts on a **new page**; a code cell, a figure, a table or an equation is not
   split over two pages when it fits on one;
-- paper cannot scroll, so anything wider than the column (a display equation, laid out whole
-  rather than broken at every operator as MathJax does on a screen, a table, a figure, a code line) is **scaled down to fit** (text by its font size, pictures by
-  their width), to no less than ``MIN_ZOOM`` of its size; text outputs and code wrap;
+- paper cannot scroll, so anything wider than the column (a table, a figure, a code line, a display
+  equation MathJax could not break at the printed column's width, which it typesets at) is **scaled
+  down to fit** (text by its font size, pictures by their width), to no less than ``MIN_ZOOM`` of
+  its size; text outputs and code wrap;
 - the contents give each entry's page, and the PDF gets **bookmarks** for the same entries.
 
 Before printing, ``clipped`` content is looked for in the print layout: an element still wider
-than the column, or cut by its box. Any is an error (``ClippedContent``), and no PDF is written.
+than the column, cut by its box, or a row of an aligned equation whose columns print over each
+other (MathJax 4 did that after re-typesetting a page whose line breaks it had turned off). Any is
+an error (``ClippedContent``), and no PDF is written.
 After printing, ``read_pdf`` reads the file back (pypdf): its pages, its outline and its links;
 ``pdf_problems`` says what a printed book would lack (bookmarks, a cover, a contents page).
 """
@@ -115,7 +118,10 @@ PREPARE_JS = """
     item.className = 'pdf-chapter';
     item.appendChild(link(entry));
     listed.push([entry.id, text(heading(entry)), 0]);
-    const sections = Array.from(entry.querySelectorAll(':scope > section')).filter(s => s.id && heading(s));
+    // a section that holds the chapters is the landing page's list of them: the contents page replaces it
+    const holders = Array.from(entry.querySelectorAll(':scope > section')).filter(s => s.querySelector('span[id^="document-"]'));
+    for (const s of holders) if (heading(s)) heading(s).style.display = 'none';
+    const sections = Array.from(entry.querySelectorAll(':scope > section')).filter(s => s.id && heading(s) && !holders.includes(s));
     if (sections.length) {
       const sub = document.createElement('ol');
       for (const s of sections) {
@@ -129,19 +135,6 @@ PREPARE_JS = """
   article.prepend(nav);
   article.prepend(cover);
   return [chapters.length, listed];
-}
-"""
-
-# MathJax 4 breaks a display wider than the screen's column at every operator it can (an aligned
-# block of MLA's equations becomes a column of fragments): on paper, lay every display out whole
-# again, so that FIT_JS scales it to the column or refuses it.
-UNBREAK_JS = """
-() => {
-  if (!(window.MathJax && MathJax.startup && MathJax.startup.document)) return null;
-  const doc = MathJax.startup.document;
-  doc.outputJax.options.displayOverflow = 'overflow';
-  if (doc.outputJax.options.linebreaks) doc.outputJax.options.linebreaks.inline = false;
-  return doc.rerenderPromise();
 }
 """
 
@@ -197,7 +190,7 @@ FIT_JS = """
 }
 """
 
-# What a reader of the paper would not see: wider than the column, or cut by its own box.
+# What a reader of the paper would not see: wider than the column, cut by its own box, or printed over.
 CLIPPED_JS = """
 ([column]) => {
   const article = document.querySelector('.bd-article') || document.body;
@@ -207,6 +200,19 @@ CLIPPED_JS = """
     const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
     return `<${el.tagName.toLowerCase()}${el.className && typeof el.className === 'string' ? ' class="' + el.className + '"' : ''}> "${text}"`;
   };
+  for (const row of article.querySelectorAll('mjx-mtr, mjx-mlabeledtr')) {  // aligned math: a column over the next
+    const ink = Array.from(row.children).filter(c => c.tagName.toLowerCase() === 'mjx-mtd').map(cell => {
+      const boxes = Array.from(cell.querySelectorAll('*'), e => e.getBoundingClientRect()).filter(b => b.width > 0);
+      return boxes.length ? [Math.min(...boxes.map(b => b.left)), Math.max(...boxes.map(b => b.right))] : null;
+    }).filter(Boolean);
+    for (let i = 1; i < ink.length; i++) {
+      if (ink[i][0] < ink[i - 1][1] - 1) {
+        const math = row.closest('mjx-math');
+        const latex = ((math && math.getAttribute('data-latex')) || row.textContent).trim().replace(/\s+/g, ' ').slice(0, 60);
+        found.push(`overprinted: columns of an aligned equation overlap by ${Math.round(ink[i - 1][1] - ink[i][0])} px: "${latex}"`);
+      }
+    }
+  }
   for (const el of article.querySelectorAll('*')) {
     const style = getComputedStyle(el);
     if (style.display === 'none' || style.visibility === 'hidden' || style.position === 'fixed') continue;
@@ -323,7 +329,6 @@ def print_book(source: Path, target: Path) -> PdfReport:
             _typeset(page)
             page.emulate_media(media="print")
             page.add_style_tag(content=PRINT_CSS)
-            page.evaluate(UNBREAK_JS)
             chapters, entries = page.evaluate(PREPARE_JS)
             fitted, too_wide = page.evaluate(FIT_JS, [COLUMN_PX, MIN_ZOOM])
             problems = too_wide + page.evaluate(CLIPPED_JS, [COLUMN_PX])

@@ -184,3 +184,22 @@ def test_a_long_code_line_wraps_and_an_unwrapped_one_fails_at_desktop_width(html
     assert "output" not in kinds(html_root, broken("codewraps", block))
     rigid = block.replace("<pre>", '<pre style="white-space: pre">')
     assert any("a long comment" in d for d in kinds(html_root, broken("coderigid", rigid)).get("output", []))
+
+
+def test_a_number_broken_over_two_lines_fails(html_root: Path, broken) -> None:  # noqa: ANN001
+    squeezed = ('<table><tr><td id="probe-num" style="white-space: normal; max-width: 2.5em; width: 2.5em">7.9e-02</td>'
+                '<td>x</td></tr></table>')
+    found = kinds(html_root, broken("number", squeezed))
+    assert any("probe-num" in d and "7.9e-02" in d for d in found.get("number", [])), found
+    # the book's own cells keep a number on one line (book.js marks them, book.css does not wrap them)
+    fine = '<table><tr><td style="max-width: 2.5em; width: 2.5em">7.9e-02</td><td>x</td></tr></table>'
+    assert "number" not in kinds(html_root, broken("numberfine", fine))
+
+
+def test_a_table_that_scrolls_without_a_hint_fails(html_root: Path, broken) -> None:  # noqa: ANN001
+    cells = "".join(f'<td style="white-space: nowrap">value {i} with some width</td>' for i in range(12))
+    table = f'<table id="probe-wide"><tr><th>name</th>{cells}</tr></table>'
+    hidden = '<style>.table-scroll-hint { display: none !important; }</style>' + table
+    found = kinds(html_root, broken("nohint", hidden))
+    assert any("probe-wide" in d and "nothing above it says so" in d for d in found.get("table", [])), found
+    assert "table" not in kinds(html_root, broken("hint", table))  # book.js puts the hint above it

@@ -58,7 +58,10 @@ def test_a_probe_prints_with_bookmarks_page_numbers_and_a_fitted_table(tmp_path:
      "cut by its box"),
     ('<pre>' + "x" * 40 + '</pre><div style="width: 2000px">far too wide to scale</div>', "past the column"),
     ('<table><tr>' + "".join(f"<td>columnnumber{i}</td>" for i in range(40)) + '</tr></table>', "needs"),
-], ids=["clipped-box", "past-column", "too-wide-to-scale"])
+    ('<mjx-container display="true"><mjx-math data-latex="f(X) = \\sum_h g_h"><mjx-mtr><mjx-mtd><span>f(X) =</span></mjx-mtd>'
+     '<mjx-mtd style="position: relative; left: -40px"><span>the sum over every head</span></mjx-mtd></mjx-mtr></mjx-math>'
+     '</mjx-container>', "overprinted"),
+], ids=["clipped-box", "past-column", "too-wide-to-scale", "overprinted-math"])
 def test_content_cut_off_on_paper_fails(tmp_path: Path, body: str, what: str) -> None:
     with pytest.raises(pdf.ClippedContent, match=what):
         pdf.print_book(_probe(tmp_path, body), tmp_path / "probe.pdf")
