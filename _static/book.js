@@ -74,3 +74,21 @@ function markScrollingTables() {
 document.addEventListener("DOMContentLoaded", markScrollingTables);
 window.addEventListener("load", markScrollingTables);
 window.addEventListener("resize", markScrollingTables);
+
+// Punctuation after a short inline formula stays on its line ("... by O(η²)." never leaves the "." alone
+// at the start of the next line): the formula and the punctuation go into one span.nobreak. Done before
+// MathJax typesets (it finds the formula inside the span); long formulas keep MathJax's own line breaks.
+const TRAILING_PUNCTUATION = /^[.,;:!?)\]]+/;
+document.addEventListener("DOMContentLoaded", () => {
+  for (const math of document.querySelectorAll(".bd-article span.math")) {
+    const next = math.nextSibling;
+    if (!next || next.nodeType !== Node.TEXT_NODE || math.textContent.length > 40) continue;
+    const punctuation = next.textContent.match(TRAILING_PUNCTUATION);
+    if (!punctuation) continue;
+    const span = document.createElement("span");
+    span.className = "nobreak";
+    math.before(span);
+    span.append(math, punctuation[0]);
+    next.textContent = next.textContent.slice(punctuation[0].length);
+  }
+});
