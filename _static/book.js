@@ -24,9 +24,8 @@ document.addEventListener("DOMContentLoaded", () => {
 });
 
 // A number in a table never breaks inside itself (a browser would break "7.9e-02" after its minus sign):
-// a cell that is a number does not wrap at all (book.css: td.number), and in a cell of words and numbers
-// each number with a sign or an exponent is kept whole (span.nobreak). Code (paths, hashes) is left alone.
-const NUMBER_CELL = /^(?:[^A-Za-z]*\d[^A-Za-z]*|[-+\u2212]?\d[\d.,]*e[-+\u2212]?\d+)$/;
+// each number with a sign or an exponent is kept whole (span.nobreak, book.css), while the cell may still
+// wrap between numbers and words. Code (paths, hashes) is left alone.
 const SIGNED_NUMBER = /(?<![\w.])[-+\u2212]?\d[\d.,]*(?:e[-+\u2212]?\d+)?(?![\w.])/gi;
 function keepNumbersWhole(cell) {
   const texts = [];
@@ -52,10 +51,7 @@ function keepNumbersWhole(cell) {
   }
 }
 document.addEventListener("DOMContentLoaded", () => {
-  for (const cell of document.querySelectorAll(".bd-article td, .bd-article th")) {
-    if (NUMBER_CELL.test(cell.textContent.trim())) cell.classList.add("number");
-    else keepNumbersWhole(cell);
-  }
+  for (const cell of document.querySelectorAll(".bd-article td, .bd-article th")) keepNumbersWhole(cell);
 });
 
 // A table wider than the column scrolls inside its own box: say so above it, on any screen where it does.

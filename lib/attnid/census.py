@@ -106,7 +106,8 @@ def census(layouts: list[ModelEntry]) -> list[CensusRow]:
             for lay in layouts]
 
 
-CENSUS_COLUMNS = ("model", "layers", "params / layer", "unidentified / layer", "ratio", "plain MHA",
+# the shares first, next to the model's name: on a phone the table scrolls and those columns stay in view
+CENSUS_COLUMNS = ("model", "ratio", "plain MHA", "layers", "params / layer", "unidentified / layer",
                   "unidentified, all layers")
 
 
@@ -118,8 +119,9 @@ def census_table(rows: list[CensusRow]) -> list[list[str]]:
     body = []
     for row in rows:
         r = row.record()
-        body.append([r["name"], str(r["layers"]), f"{r['parameters_per_layer']:,}", shown(r["unidentified_per_layer"], ","),
-                     shown(r["ratio"], ".5f"), f"{r['plain_mha_ratio']:.5f}", shown(r["unidentified_all_layers"], ",")])
+        body.append([r["name"], shown(r["ratio"], ".5f"), f"{r['plain_mha_ratio']:.5f}", str(r["layers"]),
+                     f"{r['parameters_per_layer']:,}", shown(r["unidentified_per_layer"], ","),
+                     shown(r["unidentified_all_layers"], ",")])
     return body
 
 
