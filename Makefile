@@ -21,6 +21,11 @@ JOBS        ?=
 ifneq ($(strip $(JOBS)),)
 export ATTNID_JOBS := $(JOBS)
 endif
+SCHEDULER   ?=
+# a Dask scheduler's address (tcp://host:8786): every sweep of the experiments runs on that cluster (attnid.sweep)
+ifneq ($(strip $(SCHEDULER)),)
+export ATTNID_SCHEDULER := $(SCHEDULER)
+endif
 BOOK_FLAGS  := -W -n --keep-going
 
 # The venv's bin first, so the Jupyter kernel that papermill and nbval start is the venv's Python.
@@ -52,7 +57,7 @@ reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with pa
 compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per data file and notebook, identical or how it differs (ARGS="--all --perturbed --only ...")
 	$(PY) scripts/compare.py $(ARGS)
 
-experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/; JOBS=n workers)
+experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/; JOBS=n workers, SCHEDULER=address of a Dask cluster)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
 test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook, a warning-free book build, then every page in a browser

@@ -134,6 +134,16 @@ def strip_volatile(notebook: nbformat.NotebookNode) -> None:
             cell.outputs = coalesce_streams(cell.outputs)
 
 
+# An experiment's kernel leaves the file descriptors 1 and 2 alone (ipykernel captures them by default), so the
+# progress bars of attnid.sweep, written to sys.__stderr__, reach this terminal and never the stored notebook.
+EXPERIMENT_KERNEL_ARGUMENTS = ["--IPKernelApp.capture_fd_output=False"]
+
+
+def kernel_arguments(path: Path) -> list[str]:
+    """Extra command-line arguments of the notebook's kernel."""
+    return EXPERIMENT_KERNEL_ARGUMENTS if path.parts[:1] == (EXPERIMENTS,) else []
+
+
 def notebook_environment(path: Path) -> dict[str, str]:
     """The environment variables a notebook's kernel runs with beyond ours: the portable ones for an experiment."""
     return portable_environment() if path.parts[:1] == (EXPERIMENTS,) else {}
@@ -166,7 +176,7 @@ def run_notebook(path: Path, parameters: dict[str, Any]) -> float:
         with environment(notebook_environment(path)):
             result = papermill.execute_notebook(
                 source, tmp, parameters=params, cwd=str((ROOT / path).parent), progress_bar=False,
-                kernel_name="python3")
+                kernel_name="python3", extra_arguments=kernel_arguments(path))
         strip_volatile(result)
         celltags.apply(result.cells)
         nbformat.write(result, tmp)

@@ -162,3 +162,24 @@ def test_experiments_are_found_run_first_and_not_listed_for_nbval(tmp_path: Path
     assert order == ["experiments/a_first.ipynb", "experiments/b_second.ipynb", "chapters/c.ipynb"]
     assert "'v': '2'" in nbformat.read(tmp_path / "chapters" / "c.ipynb", as_version=4).cells[1].outputs[0]["text"]
     assert run("--only", "experiments/missing.ipynb").returncode == 2
+
+
+@pytest.mark.slow
+def test_an_experiments_progress_bar_reaches_the_terminal_not_the_stored_notebook(tmp_path: Path) -> None:
+    import papermill
+
+    assert reproduce.kernel_arguments(Path("experiments/x.ipynb")) == reproduce.EXPERIMENT_KERNEL_ARGUMENTS
+    assert reproduce.kernel_arguments(Path("chapters/x.ipynb")) == []  # nbval's kernels capture; the chapters' too
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from attnid.sweep import run_sweep\nprint(run_sweep(abs, [-1, 2], progress=True, desc='probe-bar'))")]
+    source, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, source)
+    script = ("import papermill, sys\n"
+              f"papermill.execute_notebook({str(source)!r}, {str(out)!r}, progress_bar=False, kernel_name='python3', "
+              f"extra_arguments={reproduce.EXPERIMENT_KERNEL_ARGUMENTS!r})\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "probe-bar" in run.stderr and "2/2" in run.stderr  # the terminal shows the bar
+    outputs = nbformat.read(out, as_version=4).cells[0].outputs
+    assert [o.get("text") for o in outputs] == ["[1, 2]\n"]  # the notebook keeps the result only

@@ -75,3 +75,51 @@ def test_the_experiments_training_runs_do_not_depend_on_the_worker_count():
     one, two = (run_sweep(RB.run, runs, jobs=jobs) for jobs in (1, 2))
     assert one == two
     assert [tuple(r[:5]) for r in one] == [(t.imbalance, t.optimiser, t.lr, t.variant, t.seed) for t in runs]
+
+
+def _worker_address(task: int) -> str:
+    """The address of the Dask worker running this task (raises outside a Dask worker)."""
+    import distributed
+
+    return distributed.get_worker().address
+
+
+@pytest.mark.slow
+def test_the_scheduler_variable_sends_every_sweep_to_that_cluster(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    from attnid import sweep
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        monkeypatch.setenv(sweep.SCHEDULER_VARIABLE, cluster.scheduler_address)
+        try:
+            # the notebooks' call, unchanged: jobs from the environment (every core), no backend named
+            addresses = run_sweep(_worker_address, [0, 1, 2, 3], jobs=-1)
+            workers = sweep._CLIENTS[cluster.scheduler_address].scheduler_info()["workers"]
+            assert len(workers) == 2 and set(addresses) <= set(workers)
+            assert run_sweep(_small_run, [4, 0, 7], jobs=-1) == [_small_run(t) for t in (4, 0, 7)]
+        finally:
+            for client in sweep._CLIENTS.values():
+                client.close()
+            sweep._CLIENTS.clear()
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(monkeypatch):
+    pytest.importorskip("distributed")
+    from attnid import sweep
+
+    monkeypatch.setenv(sweep.SCHEDULER_VARIABLE, "tcp://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setattr(sweep, "_CLIENTS", {})
+    with pytest.raises(RuntimeError, match="no Dask scheduler answers"):
+        sweep.environment_backend()
+
+
+def test_the_progress_bar_writes_to_the_process_stderr_not_to_stdout(monkeypatch, capsys):
+    import io
+    import sys
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", terminal)
+    assert run_sweep(_small_run, [1, 2], jobs=1, progress=True, desc="probe") == [_small_run(1), _small_run(2)]
+    assert "probe" in terminal.getvalue() and "2/2" in terminal.getvalue()
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""  # what a notebook would store stays empty

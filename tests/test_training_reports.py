@@ -208,3 +208,13 @@ def test_the_spike_threshold_is_a_parameter_of_the_rule():
     row = _sweep_row(8, "adam", 0.4, 0, 0.2, max_loss=5.0)
     assert not TR.unstable_run(row) and TR.unstable_run(row, spike=2.0)
     assert TR.sweep_cells([row], spike=2.0)[0].unstable == 1
+
+def test_the_gpu_configuration_makes_the_stated_number_of_passes():
+    params = RT.gpu_parameters(train_bytes=1_000_000)
+    window = params["BATCH"] * params["SEQ_LEN"]
+    assert params["LONG_STEPS"] * window >= RT.GPU_PASSES * 1_000_000 > (params["LONG_STEPS"] - 1) * window
+    assert params["SHARES_EVERY"] == 0 and params["D_MODEL"] > 64
+    command = RT.gpu_command(params)
+    assert command.startswith("make experiments DEVICE=cuda ") and f"-p LONG_STEPS={params['LONG_STEPS']}" in command
+    with pytest.raises(ValueError, match="train_bytes"):
+        RT.gpu_parameters(0)

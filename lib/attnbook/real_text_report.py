@@ -34,6 +34,25 @@ RUN_FIELDS = ("STEPS", "LAYERS", "D_MODEL", "HEADS", "KV_HEADS", "SEQ_LEN", "BAT
 
 Row = Mapping[str, str]
 
+# The experiment's configuration for one GPU (chapter 13 states it, the experiment's header points here): the
+# book's other parameters unchanged, a model about 35 times larger, and a long pair of GPU_PASSES passes over the
+# training text. No share measurement: the dense SVDs of attnid.symmetry are unaffordable at this size.
+GPU_RUN = {"LAYERS": 6, "D_MODEL": 256, "HEADS": 8, "KV_HEADS": 2, "SEQ_LEN": 256, "BATCH": 64, "SHARES_EVERY": 0}
+GPU_PASSES = 2
+
+
+def gpu_parameters(train_bytes: int) -> dict[str, int]:
+    """``GPU_RUN`` with LONG_STEPS: the steps of ``GPU_PASSES`` passes over ``train_bytes`` bytes of training text, rounded up."""
+    if train_bytes < 1:
+        raise ValueError(f"train_bytes must be positive, got {train_bytes!r}")
+    return GPU_RUN | {"LONG_STEPS": -(-GPU_PASSES * train_bytes // (GPU_RUN["BATCH"] * GPU_RUN["SEQ_LEN"]))}
+
+
+def gpu_command(parameters: Mapping[str, int]) -> str:
+    """The ``make`` command that runs the real-text experiment with ``parameters`` on a CUDA device."""
+    overrides = " ".join(f"-p {name}={value}" for name, value in parameters.items())
+    return f'make experiments DEVICE=cuda ARGS="--only experiments/real_text.ipynb {overrides}"'
+
 
 @dataclass(frozen=True)
 class Bootstrap:

@@ -47,7 +47,7 @@ from . import symmetry as sym
 from .jacobian import flatten
 from .rank import DEFAULT_ZERO_TOL, numerical_rank
 from .spec import AttentionSpec, Params
-from .training import invisible_shares
+from .training import orbit_part_bases, shares_in
 
 INPUT_WEIGHTS = ("W_Q", "W_K", "W_V")  # (heads or groups, d, columns): the input index is the middle one
 MODEL_KINDS = ("input", "output", "affine")
@@ -213,18 +213,16 @@ def model_dimensions(params: Params, spec: AttentionSpec, input_null: torch.Tens
 
 def model_shares(update: Params, params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
                  output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, float]:
-    """``training.invisible_shares`` (the orbit: 'total' and its parts) plus the model's kinds present and 'model' (everything)."""
-    shares = invisible_shares(update, params, spec)
+    """``training.invisible_shares`` (the orbit: 'total' and its parts) plus the model's kinds present and 'model' (everything).
+
+    The orbit's basis is computed once: for its own share and as the first part of the model's.
+    """
+    orbit = orbit_part_bases(params, spec)
     labelled = input_output_directions(params, spec, input_null, output_null) + affine_directions(params, spec, normal, output_null)
-    extra = [d for _, d in labelled]
-    u = flatten(update)
-    norm = u.norm()
     bases = {kind: span_basis([d for label, d in labelled if label.split("/")[0] == kind], params) for kind in MODEL_KINDS}
     bases = {kind: basis for kind, basis in bases.items() if basis.shape[1]}
-    bases["model"] = model_basis([d for _, d in sym.labelled_tangent_directions(params, spec)], extra, params)
-    for key, basis in bases.items():
-        shares[key] = float((basis.T @ u).norm() / norm) if norm > 0 else 0.0
-    return shares
+    bases["model"] = extend_basis(orbit["total"], [d for _, d in labelled], params)
+    return shares_in(update, orbit | bases)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,7 +271,12 @@ def model_basis(orbit: list[dict[str, torch.Tensor]], extra: list[dict[str, torc
     residual at round-off and adds nothing). This is the rank rule on the union in two steps, and
     it never asks LAPACK for the SVD of orbit and extras together.
     """
-    q = span_basis(orbit, params, rel_tol)
+    return extend_basis(span_basis(orbit, params, rel_tol), extra, params, rel_tol)
+
+
+def extend_basis(q: torch.Tensor, extra: list[dict[str, torch.Tensor]], params: Params,
+                 rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """``model_basis`` from the orbit's orthonormal basis ``q`` (P, k) already at hand."""
     if not extra:
         return q
     e = torch.stack([flatten(d) for d in extra], dim=1)

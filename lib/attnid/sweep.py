@@ -10,12 +10,18 @@ worker count).
 ``jobs=1`` runs in this process without joblib. ``jobs=-1`` uses every local core. Any other joblib
 backend works through ``backend``: on a Dask cluster, create a ``distributed.Client`` and pass
 ``backend="dask"`` (with the default ``jobs=1``, every worker of the cluster is used), and the same
-sweep runs on the cluster's workers unchanged.
+sweep runs on the cluster's workers unchanged. Without editing a notebook: set ``ATTNID_SCHEDULER``
+to the address of a running Dask scheduler (``make experiments SCHEDULER=tcp://host:8786``), and every
+sweep that names no backend connects to it and runs there.
+
+The progress bar (``progress=True``) counts finished runs on the process's own standard error
+(``sys.__stderr__``): the terminal that started ``make experiments``, never a notebook's stored outputs.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -50,6 +56,29 @@ def environment_jobs(default: int = -1) -> int:
     return jobs
 
 
+SCHEDULER_VARIABLE = "ATTNID_SCHEDULER"  # a Dask scheduler's address: every sweep without a backend runs there
+_CLIENTS: dict[str, Any] = {}  # address -> the distributed.Client this process opened to it
+
+
+def environment_backend() -> str | None:
+    """'dask' after connecting a ``distributed.Client`` to ``ATTNID_SCHEDULER``'s address, or None when it is unset.
+
+    The client becomes the process's default, which joblib's dask backend uses; later calls with
+    the same address reuse it.
+    """
+    address = os.environ.get(SCHEDULER_VARIABLE, "").strip()
+    if not address:
+        return None
+    if address not in _CLIENTS:
+        import distributed
+
+        try:
+            _CLIENTS[address] = distributed.Client(address, timeout="30s", set_as_default=True)
+        except OSError as error:
+            raise RuntimeError(f"{SCHEDULER_VARIABLE}={address!r}: no Dask scheduler answers there ({error})") from None
+    return "dask"
+
+
 def _run_one(fn: Callable[[Any], Any], task: Any, threads: int) -> Any:
     import torch
 
@@ -61,9 +90,9 @@ def _run_one(fn: Callable[[Any], Any], task: Any, threads: int) -> Any:
 def _progress(results: Iterable[Result], total: int, desc: str | None, progress: bool) -> Iterable[Result]:
     if not progress:
         return results
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
-    return tqdm(results, total=total, desc=desc)
+    return tqdm(results, total=total, desc=desc, file=sys.__stderr__, mininterval=5.0, unit="run")
 
 
 def run_sweep(fn: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int = 1, backend: str | None = None,
@@ -71,8 +100,10 @@ def run_sweep(fn: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int 
     """``[fn(t) for t in tasks]``, computed by ``jobs`` workers (or a joblib ``backend``), in task order.
 
     ``fn`` must be importable by the workers (a module-level function), and the tasks picklable.
+    With no ``backend``, ``ATTNID_SCHEDULER`` may name a Dask cluster to run on (``environment_backend``).
     """
     workers = check_jobs(jobs)
+    backend = backend or environment_backend()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     tasks = list(tasks)
@@ -81,6 +112,7 @@ def run_sweep(fn: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int 
     import joblib
 
     # parallel_config, not Parallel(backend=...): it is what registers joblib's external backends (dask)
-    with joblib.parallel_config(backend=backend or "loky", n_jobs=-1 if backend and jobs == 1 else workers):
+    # on a cluster, jobs 1 or -1 (the notebooks' default) means every worker of the cluster, not this machine's cores
+    with joblib.parallel_config(backend=backend or "loky", n_jobs=-1 if backend and jobs in (1, -1) else workers):
         results = joblib.Parallel(return_as="generator")(joblib.delayed(_run_one)(fn, t, threads) for t in tasks)
         return list(_progress(results, len(tasks), desc, progress))

@@ -151,19 +151,27 @@ def invisible_shares(update: Params, attention: Params, spec: AttentionSpec) -> 
     groups together), and each labelled part 'kind/g'. 1 for u inside the space, 0 for u
     orthogonal to it. A zero update has share 0.
     """
-    u = flatten(update)
-    norm = u.norm()
-    labelled = sym.labelled_tangent_directions(attention, spec)
+    return shares_in(update, orbit_part_bases(attention, spec))
+
+
+def orbit_part_bases(attention: Params, spec: AttentionSpec,
+                     labelled: list[tuple[str, Params]] | None = None) -> dict[str, torch.Tensor]:
+    """The orthonormal bases ``invisible_shares`` projects on, by key (``labelled``: the tangent directions, if at hand)."""
+    if labelled is None:
+        labelled = sym.labelled_tangent_directions(attention, spec)
     spans: dict[str, list[dict[str, torch.Tensor]]] = {"total": [d for _, d in labelled]}
     for label, direction in labelled:
         spans.setdefault(label.split("/")[0], []).append(direction)
         if "/" in label:
             spans.setdefault(label, []).append(direction)
-    shares = {}
-    for key, directions in spans.items():
-        basis = sym.orthonormal_span(directions, attention)
-        shares[key] = float((basis.T @ u).norm() / norm) if norm > 0 else 0.0
-    return shares
+    return {key: sym.orthonormal_span(directions, attention) for key, directions in spans.items()}
+
+
+def shares_in(update: Params, bases: dict[str, torch.Tensor]) -> dict[str, float]:
+    """||B^T u|| / ||u|| for each orthonormal basis B of ``bases`` (0 for a zero update)."""
+    u = flatten(update)
+    norm = u.norm()
+    return {key: float((basis.T @ u).norm() / norm) if norm > 0 else 0.0 for key, basis in bases.items()}
 
 
 def conservation_drift(start: tuple[torch.Tensor, torch.Tensor], now: tuple[torch.Tensor, torch.Tensor], size: float) -> tuple[float, float]:
