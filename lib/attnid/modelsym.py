@@ -28,8 +28,8 @@ outputs reach the loss, so more moves are invisible to the model:
 
 ``input_output_directions`` returns the linear moves labelled 'input/W_Q', 'input/W_K', 'input/W_V',
 'output/W_O', 'output/b_O' in the layer's parameter layout; ``model_directions`` adds them to the
-orbit's labelled directions; ``model_shares`` measures an update against the whole span
-(``model_basis``: the orbit's basis, then what the model's moves add to it).
+orbit's labelled directions; ``model_shares`` measures an update against the whole span (orbit and
+moves together, rule 2 on the union: ``attnid.spans``).
 Each move is exact (a proof in one line, above); which subspaces a model has is the model's to
 say (``attnid.textmodel.invariant_subspaces``); the tests check the counts against the rank of the
 model's Jacobian at random points for the layouts they name (tests/test_modelsym.py). Not handled:
@@ -47,7 +47,8 @@ from . import symmetry as sym
 from .jacobian import flatten
 from .rank import DEFAULT_ZERO_TOL, numerical_rank
 from .spec import AttentionSpec, Params
-from .training import orbit_part_bases, shares_in
+from .spans import SpanFamily, stack
+from .training import Parts, orbit_part_columns, part_shares
 
 INPUT_WEIGHTS = ("W_Q", "W_K", "W_V")  # (heads or groups, d, columns): the input index is the middle one
 MODEL_KINDS = ("input", "output", "affine")
@@ -198,16 +199,40 @@ def model_directions(params: Params, spec: AttentionSpec, input_null: torch.Tens
             + affine_directions(params, spec, normal, output_null))
 
 
+def _split(labelled: list[tuple[str, dict[str, torch.Tensor]]]) -> tuple[list[dict[str, torch.Tensor]], dict[str, list[dict[str, torch.Tensor]]]]:
+    """(the orbit's directions, {kind: the model's moves of that kind} for every kind in MODEL_KINDS)."""
+    orbit = [d for label, d in labelled if label.split("/")[0] not in MODEL_KINDS]
+    return orbit, {kind: [d for label, d in labelled if label.split("/")[0] == kind] for kind in MODEL_KINDS}
+
+
+def _with_moves(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None, output_null: torch.Tensor | None,
+                normal: torch.Tensor | None) -> tuple[SpanFamily, Parts]:
+    """One ``SpanFamily`` of the orbit's directions followed by the model's moves, and the columns of every part.
+
+    Parts: those of ``training.orbit_parts`` ('total' is the orbit), each kind of MODEL_KINDS with moves,
+    and 'model', every column: the union's span under rule 2 (``attnid.spans``).
+    """
+    labelled = sym.labelled_tangent_directions(params, spec)
+    parts = orbit_part_columns(labelled)
+    parts["total"] = list(range(len(labelled)))
+    _, moves = _split(input_output_directions(params, spec, input_null, output_null)
+                      + affine_directions(params, spec, normal, output_null))
+    columns = [d for _, d in labelled]
+    for kind, directions in moves.items():
+        if directions:
+            parts[kind] = list(range(len(columns), len(columns) + len(directions)))
+            columns += directions
+    parts["model"] = None
+    return SpanFamily(stack(columns, params)), parts
+
+
 def model_dimensions(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
                      output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, int]:
     """u per part: 'orbit' (the layer's own), 'input', 'output', 'affine' (the model's moves alone) and 'model' (all)."""
-    labelled = model_directions(params, spec, input_null, output_null, normal)
-    orbit = [d for label, d in labelled if label.split("/")[0] not in MODEL_KINDS]
-    extra = [d for label, d in labelled if label.split("/")[0] in MODEL_KINDS]
-    dims = {"orbit": span_basis(orbit, params).shape[1],
-            **{kind: span_basis([d for label, d in labelled if label.split("/")[0] == kind], params).shape[1]
-               for kind in MODEL_KINDS}}
-    dims["model"] = model_basis(orbit, extra, params).shape[1]
+    family, parts = _with_moves(params, spec, input_null, output_null, normal)
+    dims = {"orbit": family.dimension(parts["total"])}
+    dims |= {kind: family.dimension(parts[kind]) if kind in parts else 0 for kind in MODEL_KINDS}
+    dims["model"] = family.dimension()
     return dims
 
 
@@ -215,74 +240,20 @@ def model_shares(update: Params, params: Params, spec: AttentionSpec, input_null
                  output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, float]:
     """``training.invisible_shares`` (the orbit: 'total' and its parts) plus the model's kinds present and 'model' (everything).
 
-    The orbit's basis is computed once: for its own share and as the first part of the model's.
+    Orbit and moves are one ``attnid.spans.SpanFamily``: one Gram matrix for every part and for the union.
+    A kind whose moves span nothing is left out.
     """
-    orbit = orbit_part_bases(params, spec)
-    labelled = input_output_directions(params, spec, input_null, output_null) + affine_directions(params, spec, normal, output_null)
-    bases = {kind: span_basis([d for label, d in labelled if label.split("/")[0] == kind], params) for kind in MODEL_KINDS}
-    bases = {kind: basis for kind, basis in bases.items() if basis.shape[1]}
-    bases["model"] = extend_basis(orbit["total"], [d for _, d in labelled], params)
-    return shares_in(update, orbit | bases)
-
-
-# ------------------------------------------------------------------------------------------------
-# Orthonormal bases that survive LAPACK's divide-and-conquer SVD
-# ------------------------------------------------------------------------------------------------
-
-
-def _left_singular(mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(U, s) of a thin SVD of ``mat``, falling back to the SVD of its triangular QR factor when the SVD fails.
-
-    On the CPU torch calls LAPACK's gesdd, which can stop with "failed to converge" on matrices
-    with clusters of equal singular values (the model's moves are orthonormal by construction).
-    Householder QR always finishes; mat = Q R has the singular values of R (k x k), and U = Q U_R.
-    If R's SVD fails too, its columns are scaled by distinct factors in [1, 2] (same span,
-    singular values within a factor 2) and the error, if any, propagates.
-    """
-    try:
-        u, s, _ = torch.linalg.svd(mat, full_matrices=False)
-        return u, s
-    except torch.linalg.LinAlgError:
-        q, r = torch.linalg.qr(mat)
-    try:
-        u_r, s, _ = torch.linalg.svd(r)
-    except torch.linalg.LinAlgError:
-        scale = torch.linspace(1.0, 2.0, r.shape[1], dtype=r.dtype)
-        u_r, s, _ = torch.linalg.svd(r * scale)
-    return q @ u_r, s
-
-
-def span_basis(directions: list[dict[str, torch.Tensor]], params: Params, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
-    """``symmetry.orthonormal_span`` (the same rank rule) with ``_left_singular``'s fallback."""
-    if not directions:
-        return torch.zeros(sum(p.numel() for p in params.values()), 0, dtype=params["W_Q"].dtype)
-    u, s = _left_singular(torch.stack([flatten(d) for d in directions], dim=1))
-    return u[:, : numerical_rank(s, rel_tol)]
+    family, parts = _with_moves(params, spec, input_null, output_null, normal)
+    parts = {k: v for k, v in parts.items() if k not in MODEL_KINDS or family.dimension(v)}
+    return part_shares(flatten(update), family, parts)
 
 
 def model_basis(orbit: list[dict[str, torch.Tensor]], extra: list[dict[str, torch.Tensor]], params: Params,
                 rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
-    """(P, u): an orthonormal basis of span(orbit) + span(extra), the orbit's basis first.
-
-    The orbit's basis Q is ``span_basis`` of its directions; the extra directions E are projected
-    off it twice (classical Gram-Schmidt with one reorthogonalisation), and the residual's basis
-    follows, keeping the singular values above ``rel_tol`` times the largest norm of a column of E
-    (the scale of the union's singular values; an extra direction inside the orbit's span leaves a
-    residual at round-off and adds nothing). This is the rank rule on the union in two steps, and
-    it never asks LAPACK for the SVD of orbit and extras together.
-    """
-    return extend_basis(span_basis(orbit, params, rel_tol), extra, params, rel_tol)
+    """(P, u): an orthonormal basis of span(orbit) + span(extra) under rule 2 (formed: for tests and small layers)."""
+    return SpanFamily(stack(orbit + extra, params), rel_tol).basis()
 
 
-def extend_basis(q: torch.Tensor, extra: list[dict[str, torch.Tensor]], params: Params,
-                 rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
-    """``model_basis`` from the orbit's orthonormal basis ``q`` (P, k) already at hand."""
-    if not extra:
-        return q
-    e = torch.stack([flatten(d) for d in extra], dim=1)
-    residual = e - q @ (q.T @ e)
-    residual = residual - q @ (q.T @ residual)
-    u, s = _left_singular(residual)
-    scale = float(e.norm(dim=0).max())
-    keep = int((s > rel_tol * scale).sum()) if scale > 0 else 0
-    return torch.cat([q, u[:, :keep]], dim=1)
+def span_basis(directions: list[dict[str, torch.Tensor]], params: Params, rel_tol: float = DEFAULT_ZERO_TOL) -> torch.Tensor:
+    """An orthonormal basis (P, r) of the span of ``directions`` under rule 2 (``attnid.spans``; formed)."""
+    return SpanFamily(stack(directions, params), rel_tol).basis()

@@ -24,10 +24,9 @@ from __future__ import annotations
 import torch
 
 from . import modelsym
-from . import symmetry as sym
 from .spec import Params
 from .textmodel import VOCAB, TextModelSpec, invariant_subspaces
-from .training import KINDS
+from .training import KINDS, orbit_parts
 
 
 def share_dimensions(attn: Params, spec: TextModelSpec) -> tuple[dict[str, int], int]:
@@ -37,12 +36,8 @@ def share_dimensions(attn: Params, spec: TextModelSpec) -> tuple[dict[str, int],
     'input', 'output' (the model's mean directions) and 'model' (all of them together).
     """
     attn = {n: p.detach().to("cpu", torch.float64, copy=True) for n, p in attn.items()}
-    labelled = sym.labelled_tangent_directions(attn, spec.attention)
-    dims = {"total": sym.orthonormal_span([d for _, d in labelled], attn).shape[1]}
-    for kind in KINDS:
-        directions = [d for label, d in labelled if label.split("/")[0] == kind]
-        if directions:
-            dims[kind] = sym.orthonormal_span(directions, attn).shape[1]
+    family, parts = orbit_parts(attn, spec.attention)  # the spans the shares use (attnid.spans)
+    dims = {key: family.dimension(parts[key]) for key in ("total", *KINDS) if key in parts}
     model = modelsym.model_dimensions(attn, spec.attention, *invariant_subspaces(spec))
     dims |= {k: model[k] for k in ("input", "output", "model")}
     return dims, sum(p.numel() for p in attn.values())

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from . import symmetry as sym
 from .jacobian import flatten
 from .layer import forward, init_params
+from .spans import SpanFamily, stack
 from .spec import AttentionSpec, Params
 
 OPTIMISERS = ("sgd", "momentum", "adam", "adamw")
@@ -149,29 +150,38 @@ def invisible_shares(update: Params, attention: Params, spec: AttentionSpec) -> 
 
     Keys: 'total' (the whole tangent space), each kind in KINDS present in this layout (all
     groups together), and each labelled part 'kind/g'. 1 for u inside the space, 0 for u
-    orthogonal to it. A zero update has share 0.
+    orthogonal to it. A zero update has share 0. Every span is orthonormalised under the rank
+    rule by ``attnid.spans`` (its basis is never formed).
     """
-    return shares_in(update, orbit_part_bases(attention, spec))
+    return part_shares(flatten(update), *orbit_parts(attention, spec))
 
 
-def orbit_part_bases(attention: Params, spec: AttentionSpec,
-                     labelled: list[tuple[str, Params]] | None = None) -> dict[str, torch.Tensor]:
-    """The orthonormal bases ``invisible_shares`` projects on, by key (``labelled``: the tangent directions, if at hand)."""
-    if labelled is None:
-        labelled = sym.labelled_tangent_directions(attention, spec)
-    spans: dict[str, list[dict[str, torch.Tensor]]] = {"total": [d for _, d in labelled]}
-    for label, direction in labelled:
-        spans.setdefault(label.split("/")[0], []).append(direction)
+Parts = dict[str, list[int] | None]  # share key -> the columns of the orbit's directions it spans (None: all)
+
+
+def orbit_part_columns(labelled: list[tuple[str, Params]]) -> Parts:
+    """Per key of ``invisible_shares``, the columns of the labelled tangent directions its span uses ('total': all)."""
+    parts: Parts = {"total": None}
+    for column, (label, _) in enumerate(labelled):
+        parts.setdefault(label.split("/")[0], []).append(column)  # type: ignore[union-attr]
         if "/" in label:
-            spans.setdefault(label, []).append(direction)
-    return {key: sym.orthonormal_span(directions, attention) for key, directions in spans.items()}
+            parts.setdefault(label, []).append(column)  # type: ignore[union-attr]
+    return parts
 
 
-def shares_in(update: Params, bases: dict[str, torch.Tensor]) -> dict[str, float]:
-    """||B^T u|| / ||u|| for each orthonormal basis B of ``bases`` (0 for a zero update)."""
-    u = flatten(update)
-    norm = u.norm()
-    return {key: float((basis.T @ u).norm() / norm) if norm > 0 else 0.0 for key, basis in bases.items()}
+def orbit_parts(attention: Params, spec: AttentionSpec) -> tuple[SpanFamily, Parts]:
+    """The orbit's tangent directions at ``attention`` as a ``SpanFamily``, with ``orbit_part_columns``."""
+    labelled = sym.labelled_tangent_directions(attention, spec)
+    return SpanFamily(stack([d for _, d in labelled], attention)), orbit_part_columns(labelled)
+
+
+def part_shares(update: torch.Tensor, family: SpanFamily, parts: Parts) -> dict[str, float]:
+    """||B_S^T u|| / ||u|| for each part S of ``family`` (u flat; 0 for a zero update)."""
+    norm = update.norm()
+    if not norm > 0:
+        return dict.fromkeys(parts, 0.0)
+    at = family.transpose_times(update)
+    return {key: float(family.coordinates(at, index).norm() / norm) for key, index in parts.items()}
 
 
 def conservation_drift(start: tuple[torch.Tensor, torch.Tensor], now: tuple[torch.Tensor, torch.Tensor], size: float) -> tuple[float, float]:
@@ -275,8 +285,8 @@ def train(
             if measure_every and step % measure_every == 0:
                 history.shares.append((step, invisible_shares(update, before, spec)))
             if rebalance == "project":
-                along, _ = sym.split_direction(flatten(update), sym.orbit_tangent(before, spec))
-                _subtract_flat(attn, along)
+                tangent = SpanFamily(stack(sym.tangent_directions(before, spec), before))
+                _subtract_flat(attn, tangent.project(flatten(update)))
             elif rebalance == "balance" and (step + 1) % balance_every == 0:
                 point = {n: p.detach() for n, p in attn.items()}
                 try:

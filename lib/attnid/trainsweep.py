@@ -119,15 +119,16 @@ class _Trajectory:
         return self.loss(params)
 
     def model_shares(self, history: T.History, spec: AttentionSpec) -> list[tuple[int, dict[str, float]]]:
-        """Each measured step's orbit shares (as ``train`` recorded them) with the model's kinds and 'model' added."""
+        """The shares ``train`` would record every ``every`` steps (it ran with measure_every=0), with the model's kinds
+        and 'model' added (``modelsym.model_shares``: orbit and moves from one Gram matrix, in float64)."""
         final = {n: p.double().cpu() for n, p in history.final.items()}
+        done = len(history.loss) if history.diverged is None else history.diverged  # the steps that made an update
         out = []
-        for step, shares in history.shares:
+        for step in range(0, done, self.every):
             before, after = self.points[step], self.points.get(step + 1, final)
             attention = T.attention_part(before)
             update = {n: p - attention[n] for n, p in T.attention_part(after).items()}
-            measured = modelsym.model_shares(update, attention, spec, *copy_invariants(before))
-            out.append((step, {**shares, **{k: v for k, v in measured.items() if k not in shares}}))
+            out.append((step, modelsym.model_shares(update, attention, spec, *copy_invariants(before))))
         return out
 
 
@@ -140,9 +141,11 @@ def run_training(task: TrainRun) -> TrainResult:
     if model and task.measure_every:
         trajectory = _Trajectory(problem.loss, task.measure_every)
         problem = replace(problem, loss=trajectory)
+    measured_here = model and task.measure_every  # the model's shares include the orbit's: measured once, below
     history = T.train(problem, optimiser=task.optimiser, lr=task.lr, steps=task.steps, seed=task.seed,
-                      gradient=task.gradient, weight_decay=task.weight_decay, measure_every=task.measure_every)
-    shares = trajectory.model_shares(history, spec) if model and task.measure_every else history.shares
+                      gradient=task.gradient, weight_decay=task.weight_decay,
+                      measure_every=0 if measured_here else task.measure_every)
+    shares = trajectory.model_shares(history, spec) if measured_here else history.shares
     model_dim = modelsym.model_dimensions(attention, spec, *copy_invariants(start))["model"] if model else None
     return TrainResult(
         tangent_dim=int(sym.orbit_tangent(attention, spec).shape[1]), model_dim=model_dim,
