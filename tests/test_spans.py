@@ -117,3 +117,19 @@ def test_the_shares_equal_the_dense_svd_route(spec: AttentionSpec) -> None:
                                                 abs=1e-10)
     inside = unflatten(total @ (total.T @ u), params)
     assert T.invisible_shares(inside, params, spec)["total"] == pytest.approx(1.0, abs=1e-10)
+
+
+def test_disjoint_blocks_are_diagonalised_apart_and_give_the_whole_span() -> None:
+    gen = torch.Generator().manual_seed(8)
+    mat = torch.zeros(90, 12, dtype=torch.float64)
+    mat[:40, :5] = torch.randn(40, 5, generator=gen, dtype=torch.float64)  # rows 0-39
+    mat[40:70, 5:9] = torch.randn(30, 4, generator=gen, dtype=torch.float64)  # rows 40-69
+    mat[70:, 9:] = torch.randn(20, 3, generator=gen, dtype=torch.float64)
+    mat[:, 8] = 3.0 * mat[:, 6]  # a dependent column inside the second block
+    family = spans.SpanFamily(mat)
+    groups = family.components(torch.arange(12))
+    assert sorted(sorted(g.tolist()) for g in groups) == [[0, 1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11]]
+    assert family.dimension() == 11
+    assert torch.allclose(projector(family.basis()), projector(reference_basis(mat)), atol=1e-10)
+    # a subset keeps its own blocks: columns 4 and 5 touch no common row
+    assert len(family.components(torch.tensor([4, 5]))) == 2
