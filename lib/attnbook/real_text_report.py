@@ -36,7 +36,7 @@ Row = Mapping[str, str]
 
 # The experiment's configuration for one GPU (chapter 13 states it, the experiment's header points here): the
 # book's other parameters unchanged, a model about 35 times larger, and a long pair of GPU_PASSES passes over the
-# training text. No share measurement: the dense SVDs of attnid.symmetry are unaffordable at this size.
+# training text. No share measurement: the directions attnid.spans projects on are built dense (gigabytes per layer at this size).
 GPU_RUN = {"LAYERS": 6, "D_MODEL": 256, "HEADS": 8, "KV_HEADS": 2, "SEQ_LEN": 256, "BATCH": 64, "SHARES_EVERY": 0}
 GPU_PASSES = 2
 
