@@ -133,3 +133,67 @@ def test_disjoint_blocks_are_diagonalised_apart_and_give_the_whole_span() -> Non
     assert torch.allclose(projector(family.basis()), projector(reference_basis(mat)), atol=1e-10)
     # a subset keeps its own blocks: columns 4 and 5 touch no common row
     assert len(family.components(torch.tensor([4, 5]))) == 2
+
+
+def test_the_bound_on_the_dropped_singular_values_holds() -> None:
+    gen = torch.Generator().manual_seed(9)
+    mat = sparse_columns(120, 16, 10, gen)
+    mat[:, 3] = mat[:, 1] + mat[:, 2] + 1e-13 * mat[:, 3]  # two singular values far below the others
+    mat[:, 12] = mat[:, 10] - 1e-12 * mat[:, 12]
+    family = spans.SpanFamily(mat)
+    lam, v = family._eigh(torch.arange(16))
+    small = v[:, :2]
+    true = torch.linalg.svdvals(mat)[-2:]
+    bound = family.small_bound(small)
+    assert float(true.max()) <= bound <= 1e-9 * float(torch.linalg.svdvals(mat)[0])
+    assert family.dimension() == 14  # both dropped on the Gram path
+    assert family._gram_coefficients(torch.arange(16)) is not None
+
+
+def test_a_badly_conditioned_span_leaves_the_gram_path_for_the_svd() -> None:
+    gen = torch.Generator().manual_seed(10)
+    q, _ = torch.linalg.qr(torch.randn(400, 60, generator=gen, dtype=torch.float64))
+    mat = q * torch.tensor([1.0] * 59 + [1.2e-3], dtype=torch.float64)  # s_min = 1.2e-3 s_max: every s is "large"
+    family = spans.SpanFamily(mat)
+    lam, _ = family._eigh(torch.arange(60))
+    assert bool((lam >= spans.GRAM_PATH_MIN**2 * lam[-1]).all())
+    assert family.ortho_bound(torch.arange(60), float(lam[0])) > spans.ORTHO_TOL  # cond^2 ~ 7e5, 460 terms: not trusted
+    assert family._gram_coefficients(torch.arange(60)) is None
+    basis = family.basis()
+    assert basis.shape[1] == 60
+    assert torch.allclose(basis.T @ basis, torch.eye(60, dtype=torch.float64), atol=1e-12)
+
+
+def test_a_failed_eigendecomposition_falls_back_to_the_svd(monkeypatch: pytest.MonkeyPatch) -> None:
+    mat = sparse_columns(60, 8, 6, torch.Generator().manual_seed(11))
+
+    def fail(*args, **kwargs):
+        raise torch.linalg.LinAlgError("eigh did not converge")
+
+    monkeypatch.setattr(torch.linalg, "eigh", fail)
+    family = spans.SpanFamily(mat)
+    assert family._gram_coefficients(torch.arange(8)) is None
+    assert torch.allclose(projector(family.basis()), projector(reference_basis(mat)), atol=1e-10)
+
+
+@pytest.mark.parametrize("rel_tol", [0.0, 2e-4, 1e-3])
+def test_a_threshold_the_gram_path_cannot_honour_is_refused(rel_tol: float) -> None:
+    with pytest.raises(ValueError, match="rel_tol"):
+        spans.SpanFamily(torch.eye(4, dtype=torch.float64), rel_tol)
+
+
+def test_the_qr_fallback_keeps_the_contract_mat_vh_t_equals_u_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    mat = sparse_columns(50, 6, 5, torch.Generator().manual_seed(12))
+    real_svd, calls = torch.linalg.svd, []
+
+    def flaky(a, full_matrices=True):  # the first two calls fail: mat's SVD and R's
+        calls.append(a.shape)
+        if len(calls) <= 2:
+            raise torch.linalg.LinAlgError("did not converge")
+        return real_svd(a, full_matrices=full_matrices)
+
+    monkeypatch.setattr(torch.linalg, "svd", flaky)
+    u, s, vh = spans.left_singular(mat)
+    assert len(calls) == 3 and u.shape == (50, 6)
+    assert torch.allclose(mat @ vh.T, u * s, atol=1e-12)
+    assert torch.allclose(u.T @ u, torch.eye(6, dtype=torch.float64), atol=1e-12)

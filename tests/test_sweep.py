@@ -123,3 +123,23 @@ def test_the_progress_bar_writes_to_the_process_stderr_not_to_stdout(monkeypatch
     assert "probe" in terminal.getvalue() and "2/2" in terminal.getvalue()
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""  # what a notebook would store stays empty
+
+
+def test_modules_only_the_workers_import_are_loaded_for_the_callers_provenance():
+    """A runner that imports inside its body: the caller ends up with that module loaded too (its data's provenance)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "import sweep_probe\n"
+        "from attnid.sweep import run_sweep\n"
+        "assert 'attnid.alibi' not in sys.modules, 'the probe needs a module the caller has not loaded'\n"
+        "assert run_sweep(sweep_probe.lazy_count, [1, 2, 3], jobs=2) == [2, 4, 6]\n"
+        "assert 'attnid.alibi' in sys.modules\n"
+    )
+    tests = Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=tests, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tests)})
+    assert done.returncode == 0, done.stderr[-2000:]

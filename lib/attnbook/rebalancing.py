@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+
+from attnid import training as T
+from attnid.spec import AttentionSpec
 
 SPIKE = 1.5        # a run whose loss ever exceeds this multiple of its first loss is unstable
 VARIANTS = ("none", "project", "balance", "balance-transport")
@@ -63,11 +67,6 @@ def _fmt(x: float) -> str:
 
 def run(task: RunTask) -> list[Any]:
     """One run in float64 on the reference layer: a row of ``HEADER`` (final loss empty when it diverged)."""
-    import torch
-
-    from attnid import training as T
-    from attnid.spec import AttentionSpec
-
     device = torch.device(task.device)
     dtype, backend = T.precision("float64", device)
     teacher = AttentionSpec.create(task.d_model, task.teacher_heads)

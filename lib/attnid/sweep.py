@@ -14,12 +14,18 @@ sweep runs on the cluster's workers unchanged. Without editing a notebook: set `
 to the address of a running Dask scheduler (``make experiments SCHEDULER=tcp://host:8786``), and every
 sweep that names no backend connects to it and runs there.
 
+A worker may import modules of the book's library that the calling process never did (a runner that
+imports inside its body). Each worker reports the ``attnid``/``attnbook`` modules it has loaded, and
+``run_sweep`` imports them here too, so the provenance of the data the caller writes
+(``attnbook.provenance``: the modules loaded in the writing process) covers the code the runs used.
+
 The progress bar (``progress=True``) counts finished runs on the process's own standard error
 (``sys.__stderr__``): the terminal that started ``make experiments``, never a notebook's stored outputs.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -79,12 +85,26 @@ def environment_backend() -> str | None:
     return "dask"
 
 
-def _run_one(fn: Callable[[Any], Any], task: Any, threads: int) -> Any:
+LIBRARY_PACKAGES = ("attnid", "attnbook")  # the packages whose modules a worker reports (provenance)
+
+
+def library_modules() -> set[str]:
+    """The names of the loaded modules of the book's library (``LIBRARY_PACKAGES``)."""
+    return {name for name in list(sys.modules) if name.split(".")[0] in LIBRARY_PACKAGES}
+
+
+def _run_one(fn: Callable[[Any], Any], task: Any, threads: int) -> tuple[Any, set[str]]:
     import torch
 
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    return fn(task)
+    return fn(task), library_modules()
+
+
+def _load(names: Iterable[str]) -> None:
+    """Import every module of ``names`` this process has not loaded (a worker's: see the module docstring)."""
+    for name in sorted(set(names) - set(sys.modules)):
+        importlib.import_module(name)
 
 
 def _progress(results: Iterable[Result], total: int, desc: str | None, progress: bool) -> Iterable[Result]:
@@ -108,11 +128,13 @@ def run_sweep(fn: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int 
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     tasks = list(tasks)
     if workers == 1 and backend is None:
-        return [_run_one(fn, t, threads) for t in _progress(tasks, len(tasks), desc, progress)]
+        return [_run_one(fn, t, threads)[0] for t in _progress(tasks, len(tasks), desc, progress)]
     import joblib
 
     # parallel_config, not Parallel(backend=...): it is what registers joblib's external backends (dask)
     # on a cluster, jobs 1 or -1 (the notebooks' default) means every worker of the cluster, not this machine's cores
     with joblib.parallel_config(backend=backend or "loky", n_jobs=-1 if backend and jobs in (1, -1) else workers):
         results = joblib.Parallel(return_as="generator")(joblib.delayed(_run_one)(fn, t, threads) for t in tasks)
-        return list(_progress(results, len(tasks), desc, progress))
+        pairs = list(_progress(results, len(tasks), desc, progress))
+    _load(set().union(*(loaded for _, loaded in pairs)))
+    return [result for result, _ in pairs]

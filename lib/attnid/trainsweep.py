@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from . import modelsym
-from . import symmetry as sym
 from . import training as T
 from .spec import AttentionSpec, Params
 
@@ -148,7 +147,7 @@ def run_training(task: TrainRun) -> TrainResult:
     shares = trajectory.model_shares(history, spec) if measured_here else history.shares
     model_dim = modelsym.model_dimensions(attention, spec, *copy_invariants(start))["model"] if model else None
     return TrainResult(
-        tangent_dim=int(sym.orbit_tangent(attention, spec).shape[1]), model_dim=model_dim,
+        tangent_dim=T.orbit_parts(attention, spec)[0].dimension(), model_dim=model_dim,
         parameters=sum(p.numel() for p in attention.values()), loss=tuple(history.loss), shares=tuple(shares),
         drift=tuple(history.drift[-1]) if history.drift else (float("nan"), float("nan")),
         key_bias=tuple(history.key_bias), start_key_bias=_flat(start, T.ATTENTION_PREFIX + "b_K"),
