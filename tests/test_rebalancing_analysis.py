@@ -52,6 +52,10 @@ def test_comparisons_pair_by_seed_and_correct_per_family():
     counts = R.interval_counts(grid, "balance")
     assert counts["balance-stable-settings"] == 3 and counts["balance-better"] == 1 and counts["balance-holm"] == 1
     assert by_rate[0.1].relative == pytest.approx(-0.5 / 5.5)
+    # the largest single-seed gap, absolute and relative to the baseline's final loss (seed 0 at 0.1: 0.5 of 1.0)
+    assert by_rate[0.1].largest_seed_difference == pytest.approx(0.5)
+    assert by_rate[0.1].largest_seed_relative == pytest.approx(0.5)
+    assert by_rate[0.4].largest_seed_difference == 0.0 and by_rate[0.2].largest_seed_difference == pytest.approx(0.01)
 
 
 def test_a_divergent_arm_is_not_compared():

@@ -48,6 +48,8 @@ class Comparison:
     baseline_diverged: int = 0  # the same for the baseline
     one_sided: int = 0          # pairs where exactly one of the two arms diverged
     holm_p: float = float("nan")
+    largest_seed_difference: float = 0.0  # max over the finished pairs of |variant - baseline|
+    largest_seed_relative: float = 0.0    # max over the finished pairs of |variant - baseline| / baseline
 
     @property
     def relative(self) -> float:
@@ -84,8 +86,10 @@ def compare(variant_rows: Sequence[Row], baseline_rows: Sequence[Row], *, diverg
     x = np.where(done, a, np.where(one_sided, np.where(lost, top, -top), 0.0))
     y = np.where(done, b, 0.0)
     t = signed_rank_test(x, y, tie=SAME_LOSS, relative_tie=True)
+    gap = np.abs(a[done] - b[done])
     return Comparison(summary=s, test=t, baseline_median=float(np.median(b[done])), diverged=int(lost.sum()),
-                      baseline_diverged=int(base_lost.sum()), one_sided=int(one_sided.sum()), **labels)
+                      baseline_diverged=int(base_lost.sum()), one_sided=int(one_sided.sum()),
+                      largest_seed_difference=float(gap.max()), largest_seed_relative=float((gap / b[done]).max()), **labels)
 
 
 def with_holm(comparisons: Sequence[Comparison]) -> list[Comparison]:

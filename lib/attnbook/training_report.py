@@ -12,6 +12,7 @@ functions return summaries and the dicts of values the prose glues; the chapter 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -395,6 +396,50 @@ def conservation_figure(cons: StepSizeDrift, drifts: Mapping[str, np.ndarray], l
 
 # ---------------------------------------------------------------- the dead key bias (experiments/key_bias.ipynb)
 
+def adam_step_bound(beta1: float, beta2: float, step: int | None = None) -> float:
+    """The largest |update| / learning rate of bias-corrected Adam with eps = 0, over every gradient sequence of one
+    coordinate: at ``step`` t (1, 2, ...), or with ``step=None`` the supremum over all steps.
+
+    Cauchy-Schwarz on m_t = (1 - b1) sum_k b1^k g_(t-k) against v_t = (1 - b2) sum_k b2^k g_(t-k)^2, k < t:
+    |m_t| <= (1 - b1) sqrt(sum_k (b1^2 / b2)^k) sqrt(v_t / (1 - b2)), with equality when g_(t-k) is proportional
+    to (b1 / b2)^k. The bias corrections multiply by sqrt(1 - b2^t) / (1 - b1^t). Step 1 gives 1 (the sign of the
+    gradient); the bound rises towards its supremum (1 - b1) / sqrt((1 - b2) (1 - b1^2 / b2)) as t grows
+    (Kingma and Ba's section 2.1 gives (1 - b1) / sqrt(1 - b2) as a rough bound; it can be exceeded). A positive
+    eps only shrinks the step.
+    """
+    rho = beta1**2 / beta2
+    if not (0 <= beta1 < 1 and 0 < beta2 < 1 and rho < 1):
+        raise ValueError(f"need 0 <= beta1 < 1, 0 < beta2 < 1 and beta1^2 < beta2; got {beta1!r}, {beta2!r}")
+    if step is None:
+        return (1 - beta1) / math.sqrt((1 - beta2) * (1 - rho))
+    if step < 1:
+        raise ValueError(f"Adam's steps count from 1; got {step!r}")
+    return (1 - beta1) / (1 - beta1**step) * math.sqrt((1 - beta2**step) / (1 - beta2) * (1 - rho**step) / (1 - rho))
+
+
+def adam_extremal_gradients(beta1: float, beta2: float, steps: int, scale: float = 1e-150) -> np.ndarray:
+    """The gradient sequence g_s = scale (b2 / b1)^s, s < steps, whose last Adam step meets ``adam_step_bound(steps)``
+    (the equality case of its Cauchy-Schwarz). ``scale`` keeps g^2 inside float64's range for a few thousand steps."""
+    if not 0 < beta1:
+        raise ValueError(f"the extremal sequence needs beta1 > 0; got {beta1!r}")
+    return scale * (beta2 / beta1) ** np.arange(steps, dtype=np.float64)
+
+
+def adam_update_sizes(grads: Sequence[float], beta1: float, beta2: float) -> np.ndarray:
+    """|update| / learning rate of torch's Adam (eps = 0) on one float64 coordinate fed ``grads``, step by step."""
+    import torch  # noqa: PLC0415 (only this check runs an optimiser)
+
+    p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1.0, betas=(beta1, beta2), eps=0.0)
+    sizes = []
+    for g in grads:
+        before = p.detach().clone()
+        p.grad = torch.tensor([float(g)], dtype=torch.float64)
+        opt.step()
+        sizes.append(abs(float(p.detach() - before)))
+    return np.array(sizes)
+
+
 NEVER_MOVED = 1e-13  # float64: a relative change of the key bias below this is round-off
 
 
@@ -524,8 +569,13 @@ class SweepCell:
     width: int
     optimiser: str
     lr: float
-    ratios: np.ndarray  # seeds that were stable (see ``unstable_run``)
+    ratios: np.ndarray  # seeds that were stable (see ``unstable_run``): median share after the first step / chance
     unstable: int       # seeds whose loss became non-finite or spiked
+    with_first: np.ndarray  # the same seeds' ratios with the first step among the measured ones
+    fitted: np.ndarray      # the same seeds' final loss / first loss
+
+
+FIRST_LEFT_OUT = "median_share_after_first"  # the sweep's statistic: Adam's first step moves every coordinate by ~lr
 
 
 def unstable_run(row: Row, spike: float = SPIKE) -> bool:
@@ -538,8 +588,10 @@ def sweep_cells(table: Sequence[Row], spike: float = SPIKE) -> list[SweepCell]:
     cells = []
     for (width, opt, lr), rows in group_by(table, ("d_model", "optimiser", "lr")).items():
         stable = [r for r in rows if not unstable_run(r, spike)]
-        ratios = np.array([float(r["median_share"]) / float(r["chance_rms"]) for r in stable])
-        cells.append(SweepCell(int(width), opt, float(lr), ratios, len(rows) - len(stable)))
+        ratio = lambda share: np.array([float(r[share]) / float(r["chance_rms"]) for r in stable])
+        fitted = np.array([float(r["final_loss"]) / float(r["first_loss"]) for r in stable])
+        cells.append(SweepCell(int(width), opt, float(lr), ratio(FIRST_LEFT_OUT), len(rows) - len(stable),
+                               ratio("median_share"), fitted))
     return cells
 
 
@@ -580,6 +632,15 @@ def sweep_findings(cells: Sequence[SweepCell]) -> dict[str, Any]:
     for opt in dict.fromkeys(c.optimiser for c in cells):
         medians = [float(np.median(c.ratios)) for c in cells if c.optimiser == opt and not c.unstable]
         found |= {f"sweep-{opt}-min": min(medians), f"sweep-{opt}-max": max(medians)}
+    stable = [c for c in cells if not c.unstable and c.optimiser in ("adam", "adamw")]
+    change = lambda cs: round_up(max((abs(float(np.median(c.ratios) - np.median(c.with_first))) for c in cs), default=0.0), 2)
+    above = [c for c in stable if c.optimiser == "adamw" and np.median(c.ratios) > 1]
+    found |= {"sweep-first-step-change": change(stable),
+              "sweep-first-step-change-rest": change([c for c in stable if all(c is not a for a in above)])}
+    found |= {"sweep-adamw-above": len(above), "sweep-adamw-stable": sum(c.optimiser == "adamw" for c in stable),
+              "sweep-adamw-above-cells": ", ".join(f"d = {c.width} at {c.lr:g}" for c in above) or "none",
+              "sweep-adam-above": sum(c.optimiser == "adam" and np.median(c.ratios) > 1 for c in stable),
+              "sweep-adamw-above-fit": max((float(np.median(c.fitted)) for c in above), default=0.0)}
     edges = stability_edges(cells)
     found["sweep-edges-found"] = sum(bad is not None for _, bad in edges.values())
     found["sweep-edges"] = len(edges)
