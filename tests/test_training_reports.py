@@ -255,55 +255,15 @@ def test_the_bound_rises_to_its_supremum_and_bad_betas_are_refused():
         TR.adam_step_bound(b1, b2, 0)
 
 
-def _small_text_model(seed: int = 0):
-    import torch
 
-    from attnid import textmodel as tm
-
-    spec = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, seq_len=12)
-    params = tm.init_model(spec, torch.Generator().manual_seed(seed), torch.float64)
-    tokens = torch.randint(0, 256, (3, 12), generator=torch.Generator().manual_seed(seed + 1))
-    return tm, spec, params, tokens
-
-
-def test_turning_the_residual_stream_about_the_ones_vector_leaves_the_logits_unchanged():
-    import torch
-
-    tm, spec, params, tokens = _small_text_model()
-    q = RT.random_mean_fixing_rotation(8, torch.Generator().manual_seed(2))
-    assert torch.allclose(q @ q.T, torch.eye(8, dtype=torch.float64), atol=1e-13)
-    assert torch.allclose(q @ torch.ones(8, dtype=torch.float64), torch.ones(8, dtype=torch.float64), atol=1e-13)
-    turned = RT.rotate_residual(params, q)
-    assert (turned["embed"] - params["embed"]).abs().max() > 0.1  # the parameters did move
-    before, after = tm.logits(params, tokens, spec), tm.logits(turned, tokens, spec)
-    assert (before - after).abs().max() < 1e-10
-
-
-def test_a_rotation_that_moves_the_ones_vector_changes_the_logits():
-    import torch
-
-    tm, spec, params, tokens = _small_text_model()
-    q = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64))[0]
-    after = tm.logits(RT.rotate_residual(params, q), tokens, spec)
-    assert (tm.logits(params, tokens, spec) - after).abs().max() > 1e-3
-
-
-def test_the_residual_rotations_are_independent_of_the_embeddings_own_directions():
-    # tangent at q = I: E -> E A for skew A with A 1 = 0; the embedding's own invariant moves are E[x] + c 1
-    import torch
-
-    _, _, params, _ = _small_text_model()
-    d = 8
-    e = params["embed"]
-    ones = torch.full((d, 1), d**-0.5, dtype=torch.float64)
-    rest = torch.linalg.qr(torch.cat([ones, torch.eye(d, dtype=torch.float64)[:, : d - 1]], 1))[0][:, 1:]
-    moves = []
-    for i in range(d - 1):
-        for j in range(i + 1, d - 1):
-            a = torch.zeros(d - 1, d - 1, dtype=torch.float64)
-            a[i, j], a[j, i] = 1.0, -1.0
-            moves.append((e @ rest @ a @ rest.T).reshape(-1))
-    shifts = [torch.zeros_like(e).index_fill_(0, torch.tensor([x]), 1.0).reshape(-1) for x in range(e.shape[0])]
-    rank = torch.linalg.matrix_rank(torch.stack(moves + shifts)).item()
-    assert len(moves) == RT.residual_rotation_dimension(d)
-    assert rank == len(moves) + len(shifts)
+def test_momentums_peak_is_found_per_problem_and_compared_with_the_mean_chance_share():
+    rows = [share_row(o, s, 0.2) for o in ("momentum", "adam") for s in range(3)]
+    results = TR.share_results(TR.group_runs(rows), n_boot=100)  # chance_mean 0.5
+    curve = lambda opt, step, median, gradient="loss": {"task": "toy", "layout": "d=4", "optimiser": opt, "gradient": gradient,
+                                                        "dtype": "float64", "step": str(step), "median": str(median)}
+    table = [curve("momentum", 0, 0.0), curve("momentum", 10, 0.4), curve("momentum", 20, 0.3),
+             curve("momentum", 30, 0.9, gradient="random"), curve("adam", 10, 0.8)]  # neither counts
+    found = TR.momentum_peaks(table, results)
+    assert found["momentum-peak-step-max"] == 10 and found["momentum-peak-above"] == 0 and found["momentum-peak-problems"] == 1
+    found = TR.momentum_peaks(table + [curve("momentum", 40, 0.6)], results)
+    assert found["momentum-peak-above"] == 1 and found["momentum-peak-above-where"] == "toy d=4: 0.60 at step 40 against 0.50"

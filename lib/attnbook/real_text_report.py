@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from attnid import stats
+from attnid.multitest import signed_rank_test
 
 from .tables import markdown_table
 
@@ -161,46 +161,6 @@ def span_findings(sh: Shares, outside: Mapping[str, int]) -> dict[str, Any]:
     return ({f"rt-u-{k.replace('_', '-')}": u for k, u in dims.items()} | {"rt-p": p}
             | {"rt-chance-orbit": (dims["total"] / p) ** 0.5, "rt-chance-model": (dims["model"] / p) ** 0.5,
                "rt-outside-total": sum(outside.values())})
-
-
-def residual_rotation_dimension(d_model: int) -> int:
-    """The dimension of the orthogonal maps of R^d that fix the all-ones vector (a copy of O(d - 1))."""
-    if d_model < 2:
-        raise ValueError(f"need d_model >= 2; got {d_model!r}")
-    return (d_model - 1) * (d_model - 2) // 2
-
-
-def random_mean_fixing_rotation(d_model: int, generator: torch.Generator) -> torch.Tensor:
-    """A random orthogonal float64 q (d x d) with q 1 = 1: identity on 1, a random rotation of its complement."""
-    ones = torch.full((d_model, 1), d_model**-0.5, dtype=torch.float64)
-    basis = torch.linalg.qr(torch.cat([ones, torch.randn(d_model, d_model - 1, generator=generator, dtype=torch.float64)], 1))[0]
-    rest = basis[:, 1:]  # an orthonormal basis of the complement of 1
-    turn = torch.linalg.qr(torch.randn(d_model - 1, d_model - 1, generator=generator, dtype=torch.float64))[0]
-    return ones @ ones.T + rest @ turn @ rest.T
-
-
-def rotate_residual(params: Mapping[str, torch.Tensor], q: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The text model (``attnid.textmodel``) with its residual stream turned by q (orthogonal, q 1 = 1).
-
-    A gain-free layer norm commutes with such a q (it keeps the mean and the centred norm), so every write to the
-    stream is multiplied by q on the right (embedding, position table, W_O, b_O, W_out, b_out) and every read
-    through a norm by q^T on the left (W_Q, W_K, W_V, W_in, the unembedding): the logits do not change. The move
-    acts on every block at once; no direction of one block's own invariant span contains it.
-    """
-    writes = ("embed", "pos", "attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
-    reads = ("attn.W_Q", "attn.W_K", "attn.W_V", "mlp.W_in", "unembed")
-    turned: dict[str, torch.Tensor] = {}
-    for name, p in params.items():
-        q_, role = q.to(p.dtype), ".".join(name.split(".")[-2:])  # "layer1.attn.W_Q" -> "attn.W_Q"
-        if role in writes:
-            turned[name] = p @ q_
-        elif role in reads:
-            turned[name] = q_.T @ p  # broadcasts over the heads of W_Q, W_K, W_V
-        elif role in ("attn.b_Q", "attn.b_K", "attn.b_V", "mlp.b_in"):  # inside a block: untouched
-            turned[name] = p
-        else:
-            raise ValueError(f"rotate_residual does not know how {name!r} meets the residual stream")
-    return turned
 
 
 def span_markdown(sh: Shares, outside: Mapping[str, int]) -> str:
@@ -428,6 +388,9 @@ def dead_findings(dead: Mapping[str, Mapping[Run, Mapping[int, tuple[float, ...]
                          f"{tag}-rms{name}-max": float(rms.max()), f"{tag}-runs{name}": len(keys)})
             cells += [f"{np.median(beyond):.2e} [{beyond.min():.1e}, {beyond.max():.1e}]", f"{np.median(rms):.2e}"]
         found[f"{tag}-step0"] = float(np.median([by_run[k][0][2] for k in by_run if k[:2] == ("plain", dtype)]))
+        control = [by_run[k][last][1] for k in by_run if k[0] == "sgd"]  # the minibatch-SGD control (no decay)
+        if control:
+            found[f"{tag}-sgd-max"] = stats.round_up(float(max(control)))  # "at most" stays true when printed
         body.append(cells)
     found |= {"rt-dead-step": last + 1, "rt-bias-decay-only": 1 - (1 - run["LR"] * run["WEIGHT_DECAY"]) ** (last + 1)}
     header = ["part", f"{dtype}: drift beyond decay, median [min, max]", f"{dtype}: rms step / lr",
@@ -487,6 +450,7 @@ def rebalance_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: 
             | {f"{tag}-rb-median": s.median_difference, f"{tag}-rb-low": s.low, f"{tag}-rb-high": s.high,
                f"{tag}-rb-wins": s.wins, f"{tag}-rb-ties": s.ties, f"{tag}-rb-losses": s.losses, f"{tag}-rb-n": s.n,
                f"{tag}-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)), f"{tag}-rb-verdict": verdict,
+               f"{tag}-rb-p": signed_rank_test(balanced, plain, tie=run["TIE_NATS"]).p_value,  # exact, two-sided
                f"{tag}-diverged": len(diverged)}), s
 
 

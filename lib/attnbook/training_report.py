@@ -200,6 +200,22 @@ def share_findings(runs: Mapping[Key, Sequence[Row]], results: Sequence[ShareRes
     }
 
 
+def momentum_peaks(curve_table: Sequence[Row], results: Sequence[ShareResult]) -> dict[str, Any]:
+    """Momentum's peak: per problem the largest median-over-seeds share of a measured step (float64, loss gradients),
+    the step it was at, and the problems where that peak lies above the mean chance share."""
+    chance = {(r.task, r.layout): r.chance.mean for r in results}
+    peaks: dict[Problem, tuple[float, int]] = {}
+    for r in curve_table:
+        if (r["optimiser"], r["gradient"], r["dtype"]) == ("momentum", "loss", "float64"):
+            key, value = (r["task"], r["layout"]), (float(r["median"]), int(r["step"]))
+            peaks[key] = max(peaks.get(key, value), value)
+    above = [(k, v) for k, v in peaks.items() if v[0] > chance[k]]
+    return {"momentum-peak-step-max": max(step for _, step in peaks.values()),
+            "momentum-peak-above": len(above), "momentum-peak-problems": len(peaks),
+            "momentum-peak-above-where": "; ".join(f"{task} {layout}: {v[0]:.2f} at step {v[1]} against {chance[task, layout]:.2f}"
+                                                   for (task, layout), v in above) or "none"}
+
+
 def largest_sgd_share(runs: Mapping[Key, Sequence[Row]], dtype: str = "float64", span: Span = ORBIT) -> float:
     """The largest share against ``span`` any SGD step took in ``dtype`` (exact gradients: zero up to rounding)."""
     return max(float(column(v, span.largest).max()) for k, v in runs.items()
