@@ -163,12 +163,14 @@ def span_findings(sh: Shares, outside: Mapping[str, int]) -> dict[str, Any]:
                "rt-outside-total": sum(outside.values())})
 
 
-def span_markdown(sh: Shares, outside: Mapping[str, int]) -> str:
-    """Where the model's invariant directions are: per attention layer by kind, then each block outside attention."""
+def span_markdown(sh: Shares, outside: Mapping[str, int], across: Mapping[str, int] | None = None) -> str:
+    """Where the model's invariant directions are: per attention layer by kind, then each block outside attention,
+    then ``across``: {what: dimension} of the moves of several blocks at once (no chance share: no layer's alone)."""
     body = [["each attention layer", KIND_LABELS[k], str(sh.orbit_dim[k]), f"{(sh.orbit_dim[k] / sh.parameters) ** 0.5:.3f}"]
             for k in ("total", "input", "output", "model")]
     body += [[block, "mean directions" + (" and the logit shift" if block == "unembed" else ""), str(u), ""]
              for block, u in outside.items()]
+    body += [["every block at once", what, str(u), ""] for what, u in (across or {}).items()]
     return markdown_table(["block", "directions", "dimension", "chance share"], body, right=(2, 3))
 
 
@@ -327,14 +329,35 @@ def drift_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: 
 
 
 def control_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int,
-                     boot: Bootstrap, control: str = "sgd") -> dict[str, Any]:
-    """The conservation control: minibatch SGD's drift ratio against AdamW's, paired by seed (every layer and side)."""
-    sgd = drift_ratios(drift, control, dtype, seeds, layers).reshape(len(seeds), -1)
-    adamw = drift_ratios(drift, "plain", dtype, seeds, layers).reshape(len(seeds), -1)
-    per_seed = np.median(sgd / adamw, axis=1)
-    return (boot.findings("rt-sgd-ratio", sgd.ravel()) | boot.findings("rt-sgd-over-adamw", per_seed)
-            | {"rt-sgd-ratio-max": float(sgd.max()), "rt-adamw-ratio-min": float(adamw.min()),
-               "rt-sgd-below": int((sgd.max(axis=1) < adamw.min(axis=1)).sum())})
+                     boot: Bootstrap, control: str = "sgd") -> tuple[dict[str, Any], str]:
+    """The conservation control, per (layer, side): minibatch SGD's drift ratio against AdamW's, paired by seed.
+
+    Per part: both arms' median ratio over seeds, the median over seeds of SGD / AdamW with its bootstrap interval
+    (resampling seeds), and the seeds where SGD's ratio is the higher. Parts are not pooled: they differ in kind.
+    Returns the glued values and a table.
+    """
+    sgd = drift_ratios(drift, control, dtype, seeds, layers)    # seeds x layers x (QK, VO)
+    adamw = drift_ratios(drift, "plain", dtype, seeds, layers)
+    found: dict[str, Any] = {"rt-sgd-ratio-max": float(sgd.max()), "rt-adamw-ratio-min": float(adamw.min()),
+                             "rt-sgd-below": int((sgd.reshape(len(seeds), -1).max(1) < adamw.reshape(len(seeds), -1).min(1)).sum())}
+    body, below, above = [], [], []
+    for layer in range(layers):
+        for j, side in enumerate(("qk", "vo")):
+            tag, ratio = f"{layer}-{side}", sgd[:, layer, j] / adamw[:, layer, j]
+            part = boot.findings(f"rt-sgd-over-adamw-{tag}", ratio)
+            found |= part | {f"rt-sgd-ratio-{tag}": float(np.median(sgd[:, layer, j])),
+                             f"rt-adamw-ratio-{tag}": float(np.median(adamw[:, layer, j])),
+                             f"rt-sgd-higher-{tag}": int((ratio > 1).sum())}
+            name = f"layer {layer}, C_{side.upper()}"
+            (below if part[f"rt-sgd-over-adamw-{tag}-high"] < 1 else above if part[f"rt-sgd-over-adamw-{tag}-low"] > 1 else []).append(name)
+            body.append([name, f"{np.median(adamw[:, layer, j]):.3f}", f"{np.median(sgd[:, layer, j]):.3f}",
+                         f"{np.median(ratio):.2f} [{part[f'rt-sgd-over-adamw-{tag}-low']:.2f}, {part[f'rt-sgd-over-adamw-{tag}-high']:.2f}]",
+                         f"{int((ratio > 1).sum())} of {len(seeds)}"])
+    found |= {"rt-sgd-parts": 2 * layers, "rt-sgd-parts-below": len(below), "rt-sgd-parts-above": len(above),
+              "rt-sgd-parts-below-where": "; ".join(below) or "none", "rt-sgd-parts-above-where": "; ".join(above) or "none"}
+    header = ["part", "AdamW: median ratio", "SGD: median ratio", f"SGD / AdamW per seed: median [{boot.level:.0%}]",
+              "seeds with SGD higher"]
+    return found, markdown_table(header, body, right=(1, 2, 3, 4))
 
 
 def drift_figure(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype: str, seeds: Sequence[int], layers: int,
