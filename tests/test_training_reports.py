@@ -153,11 +153,13 @@ def test_the_conservation_control_compares_sgd_with_adamw_by_seed():
     assert found["rt-sgd-below"] == 4 and found["rt-sgd-ratio-max"] == pytest.approx(0.04)
     assert found["rt-sgd-over-adamw-0-qk"] == pytest.approx(np.median([0.02, 0.04, 0.06, 0.08]))
     assert found["rt-sgd-parts-below"] == 2 and found["rt-sgd-parts-above"] == 0 and found["rt-sgd-higher-0-vo"] == 0
+    assert found["rt-sgd-abs-lower"] == 2  # C's drift itself (the Grams' drift is 1 in both arms)
     # parts are kept apart: SGD above AdamW on C_VO in every seed, below on C_QK
     rows = [r for s in range(4) for arm, qk, vo in (("plain", 0.5, 0.5), ("sgd", 0.1, 0.6 + 0.01 * s)) for r in _drift_rows(arm, s, qk, vo)]
     found, table = RT.control_findings(RT.read_steps(rows, RT.DRIFT_COLUMNS), "float32", range(4), 1, RT.Bootstrap(resamples=200))
     assert found["rt-sgd-parts-below-where"] == "layer 0, C_QK" and found["rt-sgd-parts-above-where"] == "layer 0, C_VO"
     assert found["rt-sgd-higher-0-vo"] == 4 and found["rt-sgd-below"] == 0 and "| layer 0, C_VO |" in table
+    assert found["rt-sgd-abs-lower"] == 1
     with pytest.raises(ValueError, match="different steps"):
         RT.last_step(RT.read_steps(rows + [rows[0] | {"seed": "9", "step": "8"}], RT.DRIFT_COLUMNS))
 

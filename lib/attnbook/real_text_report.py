@@ -333,16 +333,20 @@ def control_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype
     """The conservation control, per (layer, side): minibatch SGD's drift ratio against AdamW's, paired by seed.
 
     Per part: both arms' median ratio over seeds, the median over seeds of SGD / AdamW with its bootstrap interval
-    (resampling seeds), and the seeds where SGD's ratio is the higher. Parts are not pooled: they differ in kind.
+    (resampling seeds), and the seeds where SGD's ratio is the higher; and in how many parts SGD's absolute drift of C
+    beyond decay (median over seeds) is the lower. Parts are not pooled: they differ in kind.
     Returns the glued values and a table.
     """
     sgd = drift_ratios(drift, control, dtype, seeds, layers)    # seeds x layers x (QK, VO)
     adamw = drift_ratios(drift, "plain", dtype, seeds, layers)
     found: dict[str, Any] = {"rt-sgd-ratio-max": float(sgd.max()), "rt-adamw-ratio-min": float(adamw.min()),
                              "rt-sgd-below": int((sgd.reshape(len(seeds), -1).max(1) < adamw.reshape(len(seeds), -1).min(1)).sum())}
-    body, below, above = [], [], []
+    last = last_step(drift)
+    absolute = lambda arm, layer, j: np.array([drift[arm, dtype, seed, layer][last][j + 4] for seed in seeds])  # C beyond decay
+    body, below, above, lower = [], [], [], 0
     for layer in range(layers):
         for j, side in enumerate(("qk", "vo")):
+            lower += int(np.median(absolute(control, layer, j)) < np.median(absolute("plain", layer, j)))
             tag, ratio = f"{layer}-{side}", sgd[:, layer, j] / adamw[:, layer, j]
             part = boot.findings(f"rt-sgd-over-adamw-{tag}", ratio)
             found |= part | {f"rt-sgd-ratio-{tag}": float(np.median(sgd[:, layer, j])),
@@ -353,7 +357,7 @@ def control_findings(drift: Mapping[Run, Mapping[int, tuple[float, ...]]], dtype
             body.append([name, f"{np.median(adamw[:, layer, j]):.3f}", f"{np.median(sgd[:, layer, j]):.3f}",
                          f"{np.median(ratio):.2f} [{part[f'rt-sgd-over-adamw-{tag}-low']:.2f}, {part[f'rt-sgd-over-adamw-{tag}-high']:.2f}]",
                          f"{int((ratio > 1).sum())} of {len(seeds)}"])
-    found |= {"rt-sgd-parts": 2 * layers, "rt-sgd-parts-below": len(below), "rt-sgd-parts-above": len(above),
+    found |= {"rt-sgd-parts": 2 * layers, "rt-sgd-abs-lower": lower, "rt-sgd-parts-below": len(below), "rt-sgd-parts-above": len(above),
               "rt-sgd-parts-below-where": "; ".join(below) or "none", "rt-sgd-parts-above-where": "; ".join(above) or "none"}
     header = ["part", "AdamW: median ratio", "SGD: median ratio", f"SGD / AdamW per seed: median [{boot.level:.0%}]",
               "seeds with SGD higher"]
