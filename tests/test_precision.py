@@ -101,6 +101,58 @@ def test_prose_may_not_show_more_digits_than_glued(tmp_path: Path) -> None:
     assert precision.reference_findings(_notebook(tmp_path, big, markdown="{glue:text}`n:,.0f`")) == []
 
 
+def test_a_last_digit_5_earns_one_more_digit_so_shorter_displays_round_once(monkeypatch) -> None:
+    from attnbook import rounding
+
+    assert rounding.unambiguous_digits(1.0254072) == 5 and f"{precision.rounded(1.0254072, 5):.2f}" == "1.03"
+    assert rounding.unambiguous_digits(0.2375107) == 5 and f"{precision.rounded(0.2375107, 5):.3f}" == "0.238"
+    assert rounding.unambiguous_digits(0.2371) == 4 and rounding.unambiguous_digits(0.375) == 4  # 0.3750
+    assert rounding.unambiguous_digits(0.1234549) == 6  # 0.1235, 0.12345, 0.123455: the rule's cap stops it
+    assert rounding.unambiguous_digits(0.0) == 4 and rounding.unambiguous_digits(float("nan")) == 4
+    shown: list[tuple[dict, dict]] = []
+    monkeypatch.setattr("IPython.core.formatters.format_display_data", lambda v: ({"text/plain": repr(v)}, {}))
+    monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append((data, metadata)))
+    rounding.glue_unambiguous({"s": 1.0254072, "t": 0.2371, "n": 3, "w": "words"})
+    assert [d[precision.RECORD_PREFIX + "text/plain"] for d, _ in shown] == ["1.0254", "0.2371", "3", "'words'"]
+    assert [m.get(precision.METADATA_KEY) for _, m in shown] == [{"significant": 5}, {"significant": 4}, None, None]
+
+
+def double_roundings(path: Path) -> list[str]:
+    """Prose that prints a glued float one digit shorter than stored when the stored last digit is a 5."""
+    cells = json.loads(path.read_text())["cells"]
+    records = {}
+    for _, mime, text, meta in precision.stored_texts(cells):
+        key, declared = meta.get("scrapbook", {}).get("name"), meta.get(precision.METADATA_KEY, {}).get("significant")
+        if key and declared and mime.endswith("text/plain"):
+            records[key] = text.strip()
+    found = []
+    for cell in cells:
+        if cell["cell_type"] != "markdown":
+            continue
+        for key, spec in precision.GLUE_REFERENCE.findall("".join(cell["source"])):
+            if key not in records or spec[-1] not in "eEfFgG":
+                continue
+            text = records[key]
+            shown = format(float(text), spec).replace(",", "")
+            if (precision.significant_digits(shown) == precision.significant_digits(text) - 1
+                    and re.split("[eE]", text)[0].rstrip("0").endswith("5")):
+                found.append(f"{key}:{spec}: {text} -> {shown}")
+    return found
+
+
+def test_the_double_rounding_scan_finds_a_5_rounded_again(tmp_path: Path) -> None:
+    record = _record("low", "0.007205", 4)
+    assert double_roundings(_notebook(tmp_path, record, markdown="{glue:text}`low:.2e`")) == ["low:.2e: 0.007205 -> 7.20e-03"]
+    assert double_roundings(_notebook(tmp_path, record, markdown="{glue:text}`low:.1e`")) == []  # 7.2e-03 either way
+    assert double_roundings(_notebook(tmp_path, _record("x", "0.2371", 4), markdown="{glue:text}`x:.3f`")) == []
+
+
+@pytest.mark.parametrize("notebook", BOOK)
+def test_the_prose_never_rounds_a_glued_value_twice(notebook: Path) -> None:
+    found = double_roundings(ROOT / notebook)
+    assert not found, "glue these with attnbook.rounding.glue_unambiguous:\n" + "\n".join(found)
+
+
 @pytest.mark.parametrize("notebook", BOOK)
 def test_every_stored_output_follows_the_precision_rule(notebook: Path) -> None:
     found = precision.stored_findings(ROOT / notebook, ALLOWED, name=str(notebook))
