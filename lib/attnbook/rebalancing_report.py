@@ -82,11 +82,11 @@ def compare(variant_rows: Sequence[Row], baseline_rows: Sequence[Row], *, diverg
     b = np.array([float(r["final_loss"]) if r["final_loss"] else np.nan for r in baseline_rows])
     s = paired_summary(a[done], b[done], n_boot=N_BOOT, seed=0, tie=SAME_LOSS, relative_tie=True)
     one_sided = lost ^ base_lost
-    top = float(np.abs(a[done] - b[done]).max()) + 1.0  # above every finished pair's |difference|
+    gap = np.abs(a[done] - b[done])
+    top = float(gap.max()) + 1.0  # above every finished pair's |difference|
     x = np.where(done, a, np.where(one_sided, np.where(lost, top, -top), 0.0))
     y = np.where(done, b, 0.0)
     t = signed_rank_test(x, y, tie=SAME_LOSS, relative_tie=True)
-    gap = np.abs(a[done] - b[done])
     return Comparison(summary=s, test=t, baseline_median=float(np.median(b[done])), diverged=int(lost.sum()),
                       baseline_diverged=int(base_lost.sum()), one_sided=int(one_sided.sum()),
                       largest_seed_difference=float(gap.max()), largest_seed_relative=float((gap / b[done]).max()), **labels)
