@@ -1,6 +1,8 @@
 # One entry point for the book and its library. Needs only python3, make and git.
 #
 #   make reproduce   execute every experiment, then every chapter (papermill), strip volatile metadata, build the book
+#   make stale       list the stale data files; make reproduce ARGS=--stale re-runs only their writers
+#   make accept      keep data current without a full run where a canary (or the old rule's bytes) shows it
 #   make compare     re-run into a temporary copy and report what differs from this tree
 #   make experiments execute only the experiment notebooks (experiments/*.ipynb), which write data/
 #   make test        pytest over tests/, nbval over every notebook, warning-free book build, browser test of every page
@@ -36,7 +38,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine bench-ballcert check-kernels clean lock
+.PHONY: help install reproduce stale accept compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine bench-ballcert check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -53,6 +55,12 @@ $(STAMP): requirements.txt pyproject.toml
 reproduce: $(STAMP)  ## execute experiments/*.ipynb, then every chapter, with papermill (DEVICE=cpu|cuda|auto, ARGS=...), then build the book
 	$(PY) scripts/reproduce.py --device $(DEVICE) $(ARGS)
 	$(MAKE) --no-print-directory book
+
+stale: $(STAMP)  ## list the stale data files written by notebooks, one per line (make reproduce ARGS=--stale re-runs their writers)
+	@$(PY) scripts/reproduce.py --list-stale
+
+accept: $(STAMP)  ## without a full run where sound: re-hash old-rule sidecars, accept stale experiments whose canary gives the same bytes at BASE (default HEAD) and the work tree
+	$(PY) scripts/reproduce.py --accept --base $(or $(BASE),HEAD)
 
 compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per data file and notebook, identical or how it differs (ARGS="--all --perturbed --only ...")
 	$(PY) scripts/compare.py $(ARGS)

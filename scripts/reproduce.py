@@ -21,8 +21,13 @@ MKL's compatible path, PyTorch's generic kernels), so that their float32 trainin
 same bytes on another x86-64 CPU; the chapters run in the machine's own environment (their stored
 outputs follow attnbook.precision's rule, which make test checks in the portable environment).
 
-Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [--experiments | --chapters]
-                    [-p NAME=VALUE ...] [--list] [--list-experiments]
+Currency without a full run (attnbook.accept): --list-stale prints the stale data files written by
+notebooks, one per line; --stale re-runs only their writers (and the notebooks that tabulate every
+sidecar, metadata attnbook.rerun_with_stale); --accept establishes, where sound, that stale files are
+still what today's code writes (old-rule sidecars re-hashed, experiments by their canary).
+
+Usage: reproduce.py [--device cpu|cuda|auto] [--only NOTEBOOK ...] [--experiments | --chapters | --stale]
+                    [-p NAME=VALUE ...] [--list] [--list-experiments] [--list-stale] [--accept [--base REV]]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import argparse
 import ast
 import contextlib
 import fcntl
+import json
 import os
 import sys
 import tempfile
@@ -44,7 +50,8 @@ import papermill
 import yaml
 
 from attnbook import celltags
-from attnbook.machine import portable_environment
+from attnbook.machine import is_other_machine, portable_environment
+from attnbook.provenance import read_all_provenance, stale_reasons
 from attnbook.snapshot import all_or_nothing, remove_temporaries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +93,33 @@ def experiment_notebooks(root: Path = ROOT) -> list[Path]:
     """experiments/*.ipynb sorted by name, relative to the repository root (temporaries excluded)."""
     folder = root / EXPERIMENTS
     return sorted(p.relative_to(root) for p in folder.glob("*.ipynb") if not p.name.startswith(".")) if folder.is_dir() else []
+
+
+def stale_files(root: Path = ROOT) -> dict[str, str]:
+    """{stale data file: its writer} for every committed data file a notebook wrote (benchmarks excluded)."""
+    return {r["file"]: r["notebook"] for r in read_all_provenance(root)
+            if r["notebook"].endswith(".ipynb") and not is_other_machine(r["file"]) and stale_reasons(r, root)}
+
+
+def reruns_with_stale(path: Path) -> bool:
+    """Whether a notebook asks to be re-run whenever stale files are (it tabulates every sidecar)."""
+    meta = json.loads((ROOT / path).read_text())["metadata"]
+    return bool(meta.get("attnbook", {}).get("rerun_with_stale"))
+
+
+def print_outcomes(outcomes: list) -> int:
+    """One line per writer make accept decided for; 0 when nothing is left that needs a full run."""
+    for o in outcomes:
+        print(f"{o.verdict:>13}  {o.writer}: {o.detail}" + (f" [{', '.join(o.files)}]" if o.verdict != "migrated" else ""))
+    due = [o for o in outcomes if o.verdict == "full run due"]
+    if due:
+        print(f"accept: a full run is due for {len(due)} writer(s): make reproduce ARGS='--only "
+              + " ".join(o.writer for o in due) + "'")
+    if any(o.verdict == "re-run" for o in outcomes):
+        print("accept: stale chapters remain: make reproduce ARGS=--stale")
+    if not outcomes:
+        print("accept: every data file written by a notebook is current")
+    return 0
 
 
 def parse_value(text: str) -> Any:
@@ -194,16 +228,37 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--experiments", action="store_true", help="run only the experiment notebooks (experiments/*.ipynb)")
     which.add_argument("--chapters", action="store_true", help="run only the book's notebooks (_toc.yml)")
+    which.add_argument("--stale", action="store_true", help="run only the writers of stale data files (make stale)")
+    parser.add_argument("--list-stale", action="store_true", help="print the stale data files, one per line, and exit")
+    parser.add_argument("--accept", action="store_true",
+                        help="make accept: establish, without a full run where sound, that stale data are current")
+    parser.add_argument("--base", default="HEAD", help="the revision --accept compares with (default HEAD)")
     parser.add_argument("--list", action="store_true",
                         help="print the book's notebooks (what nbval re-executes) and exit")
     parser.add_argument("--list-experiments", action="store_true", help="print the experiment notebooks and exit")
     args = parser.parse_args(argv)
 
     chapters, experiments = toc_notebooks(), experiment_notebooks()
+    if args.list_stale:
+        for name in sorted(stale_files()):
+            print(name)
+        return 0
+    if args.accept:
+        from attnbook.accept import accept
+
+        return print_outcomes(accept(ROOT, args.base))
     if args.list or args.list_experiments:
         print(" ".join(str(p) for p in (chapters if args.list else experiments)))
         return 0
     notebooks = experiments if args.experiments else chapters if args.chapters else experiments + chapters
+    if args.stale:
+        writers = {Path(w) for w in stale_files().values()}
+        notebooks = [p for p in experiments + chapters if p in writers]
+        if notebooks:
+            notebooks += [p for p in chapters if reruns_with_stale(p) and p not in notebooks]
+        else:
+            print("no stale data file: nothing to run")
+            return 0
     if args.only:
         known = experiments + chapters
         missing = [p for p in args.only if p not in known]

@@ -16,8 +16,13 @@ import pytest
 
 from attnbook.machine import is_other_machine
 from attnbook.paths import repo_root
+from attnbook.codehash import LEGACY_RULE, RULE, file_hash, normalised_source, reads_docstrings
 from attnbook.provenance import (
     SIDECAR_SUFFIX,
+    csv_text,
+    currency,
+    migrated,
+    sidecar_bytes,
     code_root,
     notebook_parameters,
     notebook_source_hash,
@@ -59,7 +64,9 @@ def test_write_csv_writes_file_and_sidecar(tmp_path: Path) -> None:
     assert record["parameters"] == {"SEED": 3, "SIZES": [1, 2]}
     assert record["device"] == "cpu"
     assert {"python", "torch", "numpy", "attnid"} <= set(record["versions"])
-    assert "attnbook/provenance.py" in record["depends_on"]
+    assert record["rule"] == RULE and "accepted" not in record
+    # plumbing that only moves bytes is no dependency (NOT_A_DEPENDENCY): its format is checked below instead
+    assert "attnbook/provenance.py" not in record["depends_on"] and "attnbook/codehash.py" not in record["depends_on"]
     assert read_all_provenance(root) == [record]
     assert stale_reasons(record, root) == []
     for path in (out, out.with_name("table.csv" + SIDECAR_SUFFIX)):
@@ -162,12 +169,13 @@ def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
     # A fresh process that imports attnid.counts (and so the package's core, which `import attnid` loads)
     # before writing, but none of the census, the kernels or the training code.
     deps = _dependencies_written_after("import attnid.counts", tmp_path)
-    assert {"attnid/counts.py", "attnid/spec.py", "attnid/normalise.py", "attnbook/provenance.py"} <= set(deps)
+    assert {"attnid/counts.py", "attnid/spec.py", "attnid/normalise.py"} <= set(deps)
+    assert "attnbook/provenance.py" not in deps  # plumbing
     assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/training.py"} & set(deps)
 
 
 def test_a_module_that_affects_no_data_is_not_a_dependency(tmp_path: Path) -> None:
-    # attnbook.style draws figures only (AFFECTS_DATA = False): loading it must not tie data files to it.
+    # attnbook.style draws figures only (NOT_A_DEPENDENCY): loading it must not tie data files to it.
     deps = _dependencies_written_after("import attnid.counts, attnbook.style", tmp_path)
     assert "attnid/counts.py" in deps and "attnbook/style.py" not in deps
 
@@ -191,7 +199,10 @@ def test_editing_a_module_the_chapter_did_not_import_keeps_it_current(tmp_path: 
     used = "attnid/counts.py"
     assert used in record["depends_on"]
     with open(code / used, "a") as handle:
-        handle.write("\n# an edit to the counting rules\n")
+        handle.write("\n# a comment: no change in behaviour\n")
+    assert stale_reasons(record, ROOT, code) == []
+    with open(code / used, "a") as handle:
+        handle.write("\nCOUNTING_RULES_EDITED = True\n")
     assert stale_reasons(record, ROOT, code) == [f"{used} changed"]
 
 
@@ -229,3 +240,121 @@ def test_every_experiment_notebook_has_current_data() -> None:
         assert written, f"{notebook} wrote no data file: run `make experiments` and commit data/"
         for r in written:
             assert stale_reasons(r, ROOT) == [], f"{r['file']} is stale: {stale_reasons(r, ROOT)}; run `make experiments`"
+
+
+# --- currency by behaviour (attnbook.codehash) -------------------------------------------------------------------
+
+MODULE = '''"""A module."""
+import math
+
+X = 1
+"""X's docstring."""
+
+
+def f(a):
+    """Doubled."""
+    return 2 * a  # twice
+'''
+
+
+def test_normalised_hash_ignores_comments_docstrings_and_formatting(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(MODULE)
+    base = file_hash(path)
+    neutral = ['"""Another docstring."""\nimport math\n\nX = 1\n\n\ndef f(a):\n    return 2*a\n',
+               MODULE + "\n# an appended comment\n", MODULE + '\n"""An appended string statement."""\n',
+               MODULE.replace('"""Doubled."""', '"""Doubled, said otherwise."""\n    # and a comment')]
+    for text in neutral:
+        path.write_text(text)
+        assert file_hash(path) == base, text
+    for text in (MODULE.replace("2 * a", "3 * a"), MODULE + "\nY = 2\n", MODULE.replace("import math", "import cmath")):
+        path.write_text(text)
+        assert file_hash(path) != base, text
+    assert file_hash(path, LEGACY_RULE) == hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(ValueError, match="unknown provenance rule"):
+        file_hash(path, "nope/9")
+    assert "Doubled" not in normalised_source(MODULE) and "twice" not in normalised_source(MODULE)
+
+
+def _committed_current_records() -> list[dict]:
+    records = [r for r in read_all_provenance(ROOT) if not is_other_machine(r["file"]) and r["notebook"].endswith(".ipynb")]
+    assert records and all(stale_reasons(r, ROOT) == [] for r in records)
+    return records
+
+
+def _library_copy(tmp_path: Path) -> Path:
+    code = tmp_path / "lib"
+    shutil.copytree(code_root(), code, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return code
+
+
+def test_comments_and_docstrings_appended_to_every_module_stale_nothing(tmp_path: Path) -> None:
+    records = _committed_current_records()
+    code = _library_copy(tmp_path)
+    for module in code.rglob("*.py"):
+        text = module.read_text()
+        if text.lstrip().startswith('"""'):  # lengthen the module's docstring
+            text = text.replace('"""', '"""An added sentence. ', 1)
+        module.write_text(text + '\n# an appended comment\n"""An appended docstring."""\n')
+    assert {r["file"]: stale_reasons(r, ROOT, code) for r in records} == {r["file"]: [] for r in records}
+
+
+def test_a_statement_stales_exactly_the_files_whose_writers_loaded_the_module(tmp_path: Path) -> None:
+    records = _committed_current_records()
+    for rel in ("attnid/counts.py", "attnid/training.py", "attnid/ballcert.py"):
+        code = _library_copy(tmp_path / rel.replace("/", "_"))
+        with open(code / rel, "a") as handle:
+            handle.write("\n_ADDED = 1\n")
+        stale = {r["file"] for r in records if stale_reasons(r, ROOT, code)}
+        loaded = {r["file"] for r in records if rel in r["depends_on"]}
+        assert loaded and stale == loaded, rel
+
+
+def test_plumbing_out_of_the_hash_still_writes_the_committed_bytes() -> None:
+    # provenance.py is NOT_A_DEPENDENCY: a change to its CSV or sidecar format would change no hash, so every
+    # committed data file and sidecar must be exactly what today's serialisers give for the same contents.
+    import csv
+
+    for record in read_all_provenance(ROOT):
+        path = ROOT / record["file"]
+        assert sidecar_path_of(path).read_bytes() == sidecar_bytes(record), record["file"]
+        if path.suffix == ".csv":
+            with open(path, newline="") as handle:
+                header, *rows = list(csv.reader(handle))
+            assert csv_text(header, rows).encode() == path.read_bytes(), record["file"]
+
+
+def sidecar_path_of(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def test_no_data_file_depends_on_a_module_that_reads_docstrings() -> None:
+    # Docstrings are out of the hash, so one read at run time must never feed data: a module that reads one
+    # (the CLI's help text) may not be a dependency of any committed data file.
+    readers = {p.relative_to(code_root()).as_posix() for p in code_root().rglob("*.py")
+               if "egg-info" not in str(p) and reads_docstrings(p)}
+    for record in read_all_provenance(ROOT):
+        assert not readers & set(record["depends_on"]), (record["file"], readers & set(record["depends_on"]))
+
+
+def test_an_old_rule_sidecar_is_read_explained_and_moved_only_when_sound(tmp_path: Path) -> None:
+    root = _book(tmp_path)
+    code = _library_copy(tmp_path)
+    module = code / "attnid" / "counts.py"
+    record = json.loads(sidecar_path_of(_write(root)).read_text())
+    legacy = {k: v for k, v in record.items() if k != "rule"}
+    legacy["depends_on"] = {"attnid/counts.py": hashlib.sha256(module.read_bytes()).hexdigest()}
+    assert stale_reasons(legacy, root, code) == [] and currency(legacy).endswith("old rule (raw bytes of every loaded module)")
+    moved = migrated(legacy, code, code, base="abc")
+    assert moved and moved["rule"] == RULE and moved["accepted"] == {"by": "rule", "from": LEGACY_RULE, "base": "abc"}
+    assert stale_reasons(moved, root, code) == [] and "byte-identical" in currency(moved)
+    # a comment added since the base: the old rule calls it stale, the move still holds (same behaviour)
+    after = _library_copy(tmp_path / "after")
+    with open(after / "attnid" / "counts.py", "a") as handle:
+        handle.write("\n# a comment\n")
+    assert stale_reasons(legacy, root, after) == ["attnid/counts.py changed"]
+    assert migrated(legacy, code, after) is not None
+    with open(after / "attnid" / "counts.py", "a") as handle:
+        handle.write("_ADDED = 1\n")
+    assert migrated(legacy, code, after) is None  # behaviour changed: only a run or a canary decides
+    assert migrated(moved, code, code) is None  # already under today's rule

@@ -1,6 +1,8 @@
 """attnbook: the companion book's plumbing, kept out of the maths library ``attnid``.
 
 ``chapter``     ``setup``: one call per chapter (device, recorded parameters, bound data writer/reader)
+``codehash``    how a data file's code dependencies are hashed (by behaviour) and which are plumbing
+``accept``      make accept: currency by a canary run at base and work tree, or by the old rule's bytes
 ``provenance``  atomic writes into data/, provenance sidecars, which data files are stale and why
 ``snapshot``    all-or-nothing runs: a notebook that fails leaves data/ as it found it
 ``paths``       finds the book's root (never assumed from where the package is installed)

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+NOT_A_DEPENDENCY = 'reads the rendered book in a browser: no data'
+
 WIDTHS: tuple[tuple[str, int, int, str], ...] = (
     ("desktop", 1280, 900, "light"),
     ("phone", 390, 844, "dark"),

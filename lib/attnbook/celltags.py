@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+NOT_A_DEPENDENCY = "decides which cells a reader sees: notebooks' metadata, no data"
+
 PARAMETER_TAGS = frozenset({"parameters", "injected-parameters"})
 REMOVING = frozenset({"remove-cell", "remove-output"})
 # Lines a chapter prints only so that nbval guards data the reader sees as a figure or file.

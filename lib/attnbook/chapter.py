@@ -24,6 +24,8 @@ from .devices import describe_device, resolve_device
 from .paths import data_dir, repo_root
 from .provenance import check_pair, notebook_parameters, write_csv
 
+NOT_A_DEPENDENCY = "binds a notebook's name, parameters and device to the writer; every value it passes is recorded in the sidecar"
+
 # DEVICE is recorded as the device itself; PROGRESS only draws progress bars.
 UNRECORDED = frozenset({"DEVICE", "PROGRESS"})
 

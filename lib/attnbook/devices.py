@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+NOT_A_DEPENDENCY = 'resolves the DEVICE parameter; the device a file was computed on is recorded in its sidecar'
+
 DEVICES = ("cpu", "cuda", "auto")
 
 

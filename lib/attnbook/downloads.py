@@ -12,6 +12,8 @@ import json
 import zipfile
 from pathlib import Path
 
+NOT_A_DEPENDENCY = 'zips data files for readers: moves bytes'
+
 SIDECAR = ".provenance.json"
 EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip can hold: no build time in the file
 

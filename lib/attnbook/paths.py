@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+NOT_A_DEPENDENCY = "finds the book's root and data folder: moves no number"
+
 ROOT_ENV = "ATTNBOOK_ROOT"
 ROOT_MARKERS = ("_toc.yml", "_config.yml")
 

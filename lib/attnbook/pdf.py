@@ -27,6 +27,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+NOT_A_DEPENDENCY = 'prints the rendered book: no data'
+
 A4_MM = (210.0, 297.0)
 MARGIN_MM = {"top": 18.0, "bottom": 18.0, "left": 16.0, "right": 16.0}
 PX_PER_MM = 96 / 25.4
@@ -208,7 +210,7 @@ CLIPPED_JS = """
     for (let i = 1; i < ink.length; i++) {
       if (ink[i][0] < ink[i - 1][1] - 1) {
         const math = row.closest('mjx-math');
-        const latex = ((math && math.getAttribute('data-latex')) || row.textContent).trim().replace(/\s+/g, ' ').slice(0, 60);
+        const latex = ((math && math.getAttribute('data-latex')) || row.textContent).trim().replace(/\\s+/g, ' ').slice(0, 60);
         found.push(`overprinted: columns of an aligned equation overlap by ${Math.round(ink[i - 1][1] - ink[i][0])} px: "${latex}"`);
       }
     }

@@ -7,18 +7,23 @@ interruption leaves the old pair, the new pair, or a mismatch that ``check_pair`
 to ``name.csv`` sits ``name.csv.provenance.json``, which records what the numbers depended on,
 found at run time rather than assumed:
 
-* ``depends_on``: the SHA-256 of every module of the ``attnid`` and ``attnbook`` packages
-  loaded in the writing process when the file was written (``sys.modules``), and of the
-  data files those modules declare they read (a module-level ``DATA_FILES``); a module that
-  declares ``AFFECTS_DATA = False`` (``attnbook.style``: figures only) is left out;
+* ``depends_on``: a hash of every module of the ``attnid`` and ``attnbook`` packages loaded in
+  the writing process when the file was written (``sys.modules``), and of the data files those
+  modules declare they read; ``rule`` says how they were hashed (``attnbook.codehash``: the
+  docstring-free syntax tree, so a comment, docstring or formatting edit stales nothing, and
+  plumbing that only moves bytes is left out);
 * ``notebook_source_sha256``: the writer's own source (a notebook's cell sources, outputs
   excluded; a script's bytes);
-* ``parameters``: the values it ran with.
+* ``parameters``: the values it ran with;
+* ``accepted`` (only when the file was not written by a full run of today's code): how its
+  currency was established instead, by ``make accept`` (``attnbook.accept``): a canary run that
+  gave the same bytes at the base revision and at the work tree, or the move of an old-rule
+  sidecar whose every dependency was byte-for-byte unchanged.
 
 A data file is stale exactly when one of these no longer matches (``stale_reasons``): editing
 a module the chapter never imported leaves its data current. The sidecar holds no timestamp
-and no commit, so it is byte-for-byte stable when the same code runs twice. Versions and the
-device are recorded for the reader, not compared.
+and no commit of its own, so it is byte-for-byte stable when the same code runs twice. Versions
+and the device are recorded for the reader, not compared.
 """
 
 from __future__ import annotations
@@ -29,17 +34,19 @@ import importlib.metadata
 import json
 import os
 import platform
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .codehash import LEGACY_RULE, RULE, exemption, file_hash
+from .codehash import loaded_dependencies as _loaded_dependencies
 from .paths import data_dir as default_data_dir
 from .paths import repo_root
 
+NOT_A_DEPENDENCY = ("moves bytes: atomic writes and sidecars; the bytes it writes are checked against a fresh "
+                    "serialisation of every committed data file by tests/test_provenance.py")
 SIDECAR_SUFFIX = ".provenance.json"
-TRACKED_PACKAGES = ("attnid", "attnbook")
 VERSIONED_PACKAGES = ("attnid", "torch", "triton", "numpy", "sympy", "matplotlib")
 FILE_MODE = 0o644  # what git checks out: readable by all, like every other committed file
 
@@ -128,17 +135,9 @@ def code_root() -> Path:
 
 
 def loaded_dependencies(root: Path | None = None) -> dict[str, str]:
-    """{path relative to ``root``: sha256} of every tracked module loaded now, and the data files they declare."""
-    root = code_root() if root is None else root
-    files: set[Path] = set()
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] not in TRACKED_PACKAGES or not getattr(module, "__file__", None):
-            continue
-        if getattr(module, "AFFECTS_DATA", True) is False:
-            continue
-        files.add(Path(module.__file__).resolve())
-        files.update(Path(f).resolve() for f in getattr(module, "DATA_FILES", ()))
-    return {f.relative_to(root).as_posix(): _sha256(f) for f in sorted(files) if f.is_relative_to(root)}
+    """{path relative to ``root``: hash} of every tracked module loaded now (plumbing excluded), and the data
+    files they declare (``attnbook.codehash``)."""
+    return _loaded_dependencies(code_root() if root is None else root)
 
 
 def notebook_source_hash(path: Path) -> str:
@@ -203,10 +202,16 @@ def provenance_record(path: Path, content: bytes, notebook: str, parameters: Map
         "notebook": notebook,
         "notebook_source_sha256": notebook_source_hash(source),
         "parameters": _json(dict(parameters)),
+        "rule": RULE,
         "depends_on": loaded_dependencies(),
         "device": device,
         "versions": package_versions(),
     }
+
+
+def sidecar_bytes(record: Mapping[str, Any]) -> bytes:
+    """The one serialisation of a sidecar record: sorted keys, two-space indent, a final newline."""
+    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
 
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -241,8 +246,7 @@ def write_csv(path: Path | str, header: Sequence[str], rows: Iterable[Sequence[A
         raise ValueError(f"data files live under {data}; got {path}")
     content = csv_text(header, rows).encode()
     record = provenance_record(path, content, notebook, parameters, device, root, data)
-    sidecar_bytes = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-    write_pair(path, content, sidecar_bytes)
+    write_pair(path, content, sidecar_bytes(record))
     return path
 
 
@@ -258,11 +262,42 @@ def code_digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def rule_of(record: Mapping[str, Any]) -> str:
+    """How the record's dependencies were hashed; sidecars written before rules were recorded are ``LEGACY_RULE``."""
+    return record.get("rule", LEGACY_RULE)
+
+
+def currency(record: Mapping[str, Any]) -> str:
+    """How the data file's currency was established, in a few words for the reproducing page."""
+    accepted = record.get("accepted")
+    if rule_of(record) == LEGACY_RULE:
+        return "full run, old rule (raw bytes of every loaded module)"
+    if not accepted:
+        return "full run"
+    if accepted.get("by") == "canary":
+        return f"canary at {accepted['base'][:10]} and the work tree, same bytes"
+    if accepted.get("by") == "rule":
+        return f"full run; sidecar moved from rule {accepted['from']} (every dependency byte-identical)"
+    raise ValueError(f"{record['file']}: unknown acceptance {accepted!r}")
+
+
+def dependency_reasons(record: Mapping[str, Any], code: Path) -> list[str]:
+    """Which recorded dependencies are gone or changed, hashed under the record's own rule."""
+    rule, reasons = rule_of(record), []
+    for rel, digest in sorted(record["depends_on"].items()):
+        if not (code / rel).is_file():
+            reasons.append(f"{rel} is gone")
+        elif file_hash(code / rel, rule) != digest:
+            reasons.append(f"{rel} changed")
+    return reasons
+
+
 def stale_reasons(record: Mapping[str, Any], root: Path | None = None, code: Path | None = None) -> list[str]:
     """Why the data file of ``record`` no longer matches what produced it; empty when it is current.
 
     Compares its own bytes, its writer's source, the writer's parameter defaults (notebooks) and
-    every recorded dependency with what is on disk now (modules under ``code``, default ``code_root()``).
+    every recorded dependency with what is on disk now (modules under ``code``, default ``code_root()``),
+    each dependency hashed under the rule the sidecar was written with.
     """
     root = repo_root() if root is None else root
     code = code_root() if code is None else code
@@ -279,9 +314,28 @@ def stale_reasons(record: Mapping[str, Any], root: Path | None = None, code: Pat
         changed = sorted(k for k, v in record["parameters"].items() if k in defaults and defaults[k] != v)
         if changed:
             reasons.append(f"ran with non-default parameters {', '.join(changed)}")
-    for rel, digest in sorted(record["depends_on"].items()):
+    return reasons + dependency_reasons(record, code)
+
+
+def migrated(record: Mapping[str, Any], base_code: Path, code: Path | None = None,
+             base: str = "") -> dict[str, Any] | None:
+    """An old-rule record moved to ``RULE`` without running anything, or None where that is not sound.
+
+    Sound when the record was current at the base revision (every dependency under ``base_code``
+    byte-identical to what it recorded) and no kept dependency changed behaviour since (its
+    normalised hash under ``code``, default ``code_root()``, equals the base's). Plumbing
+    (``NOT_A_DEPENDENCY`` under ``code``) is dropped. None when the record is already under ``RULE``.
+    """
+    code = code_root() if code is None else code
+    if rule_of(record) != LEGACY_RULE or dependency_reasons(record, base_code):
+        return None
+    depends = {}
+    for rel in record["depends_on"]:
         if not (code / rel).is_file():
-            reasons.append(f"{rel} is gone")
-        elif _sha256(code / rel) != digest:
-            reasons.append(f"{rel} changed")
-    return reasons
+            return None
+        if exemption(code / rel) is None:
+            depends[rel] = file_hash(code / rel)
+            if file_hash(base_code / rel) != depends[rel]:
+                return None
+    accepted = {"by": "rule", "from": LEGACY_RULE, **({"base": base} if base else {})}
+    return {**record, "rule": RULE, "depends_on": depends, "accepted": accepted}

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from .provenance import write_bytes
 
+NOT_A_DEPENDENCY = 'copies data/ aside and restores it: moves bytes'
+
 TEMPORARY_PATTERNS = (".*.tmp", ".*.tmp.ipynb")  # what write_bytes and the notebook runner name their temporaries
 
 

@@ -26,6 +26,8 @@ from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
+NOT_A_DEPENDENCY = 'Sphinx extension of the rendered book: no data'
+
 LOG = logging.getLogger(__name__)
 
 THEBE_MARKERS = ("THEBE_JS_URL", "sphinx-thebe.js", "thebe@")

@@ -27,7 +27,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from cycler import cycler
 
-AFFECTS_DATA = False  # figures only: editing the style makes no data file stale (attnbook.provenance)
+NOT_A_DEPENDENCY = 'draws figures only; no data file is computed from it'
 
 # Okabe and Ito's palette, safe for the common colour-vision deficiencies, in the order of matplotlib's
 # defaults that the chapters name: C0 blue, C1 orange, C2 bluish green, C3 vermillion (the "red"), ...

@@ -1,0 +1,211 @@
+"""``make accept``: establish that stale data files are still what today's code would write, without a full run.
+
+Two routes, each sound on its own terms, each recorded in the sidecar's ``accepted`` field:
+
+* ``rule``: a sidecar written under the old rule (raw bytes of every module) whose dependencies
+  were byte-identical at the base revision, and whose kept dependencies have the same normalised
+  hash today, is re-hashed under today's rule. Nothing runs: the code is the same code.
+* ``canary``: every experiment notebook declares a small parameter set in its metadata
+  (``metadata.attnbook.canary``: one seed, few steps, every arm and dtype). The writer of a stale
+  file runs that canary twice on this machine, at the base revision (a temporary git worktree)
+  and at the work tree (a temporary copy of it), each in its own data folder and in the portable
+  numeric environment. Equal bytes in every file it writes: the change did not change what the
+  experiment computes on those inputs, and the sidecars take today's dependencies and source,
+  with ``accepted: canary``. Different bytes: the files are named and a full run is due.
+
+The base revision must be one where the file was current (checked); by default ``HEAD``.
+Chapters are not accepted this way: they run in about 90 seconds, so ``make reproduce ARGS=--stale``
+re-runs them. Benchmarks (scripts) may be older than the code and are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .machine import portable_environment
+from .provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, read_all_provenance, rule_of, sidecar_bytes,
+                         sidecar_path, stale_reasons, write_bytes)
+
+NOT_A_DEPENDENCY = "decides whether a sidecar may be rewritten; computes no number of any data file"
+EXPERIMENTS = "experiments"
+CANARY_KEY = ("attnbook", "canary")
+UNCOMPARED = ("DEVICE", "PROGRESS")  # parameters a canary never sets: run on the CPU, no progress bars
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``make accept`` decided for one writer."""
+
+    writer: str
+    files: tuple[str, ...]
+    verdict: str  # "accepted", "migrated", "full run due", "re-run"
+    detail: str
+
+
+def canary_parameters(notebook: Path) -> dict[str, Any]:
+    """The canary parameter set an experiment notebook declares in its metadata; ValueError if it declares none."""
+    meta: Any = json.loads(notebook.read_text())["metadata"]
+    for key in CANARY_KEY:
+        meta = meta.get(key) if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or not meta:
+        raise ValueError(f"{notebook.name} declares no canary (notebook metadata attnbook.canary: "
+                         "a small parameter set that runs every arm)")
+    bad = sorted(set(meta) & set(UNCOMPARED))
+    if bad:
+        raise ValueError(f"{notebook.name}: a canary may not set {', '.join(bad)}")
+    return dict(meta)
+
+
+def git(root: Path, *args: str) -> str:
+    """The stripped standard output of ``git args`` in ``root``; RuntimeError with git's message on failure."""
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def base_tree(root: Path, revision: str) -> Iterator[Path]:
+    """A temporary git worktree of ``revision`` (removed afterwards)."""
+    folder = Path(tempfile.mkdtemp(prefix="attnbook-base-"))
+    git(root, "worktree", "add", "--detach", "--quiet", str(folder / "tree"), revision)
+    try:
+        yield folder / "tree"
+    finally:
+        git(root, "worktree", "remove", "--force", str(folder / "tree"))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def work_tree_copy(root: Path) -> Iterator[Path]:
+    """A temporary copy of every tracked and untracked-but-not-ignored file of the work tree."""
+    folder = Path(tempfile.mkdtemp(prefix="attnbook-work-"))
+    try:
+        for rel in git(root, "ls-files", "-co", "--exclude-standard", "-z").split("\0"):
+            if rel and (root / rel).is_file():
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / rel, folder / rel)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _data_files(tree: Path) -> dict[str, bytes]:
+    data = tree / "data"
+    return {p.relative_to(tree).as_posix(): p.read_bytes() for p in sorted(data.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")} if data.is_dir() else {}
+
+
+def run_canary(tree: Path, notebook: str, parameters: Mapping[str, Any]) -> dict[str, bytes]:
+    """Run ``notebook`` of ``tree`` with ``parameters`` on tree's own library; {data file: bytes} it (re)wrote."""
+    import papermill
+
+    before = _data_files(tree)
+    env = {**os.environ, **portable_environment(), "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree)}
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # papermill's kernel inherits this process's environment
+    try:
+        papermill.execute_notebook(str(tree / notebook), str(tree / (notebook + ".canary.ipynb")),
+                                   parameters={**parameters, "DEVICE": "cpu", "PROGRESS": False},
+                                   cwd=str((tree / notebook).parent), progress_bar=False, kernel_name="python3",
+                                   extra_arguments=["--IPKernelApp.capture_fd_output=False"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    after = _data_files(tree)
+    return {rel: content for rel, content in after.items() if before.get(rel) != content}
+
+
+def compare_canaries(base: Mapping[str, bytes], work: Mapping[str, bytes]) -> list[str]:
+    """The data files (not sidecars) whose canary bytes differ between the two runs, or that only one wrote."""
+    names = {n for n in (*base, *work) if not n.endswith(SIDECAR_SUFFIX)}
+    return sorted(n for n in names if base.get(n) != work.get(n))
+
+
+def accepted_record(record: Mapping[str, Any], canary_sidecar: Mapping[str, Any], revision: str,
+                    parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with today's dependencies and source (from the work tree's canary sidecar), marked accepted."""
+    keep = {k: v for k, v in record.items() if k not in ("depends_on", "rule", "notebook_source_sha256", "accepted")}
+    return {**keep, "rule": canary_sidecar["rule"], "depends_on": canary_sidecar["depends_on"],
+            "notebook_source_sha256": canary_sidecar["notebook_source_sha256"],
+            "accepted": {"by": "canary", "base": revision, "parameters": dict(parameters)}}
+
+
+def _write_record(root: Path, record: Mapping[str, Any]) -> None:
+    write_bytes(sidecar_path(root / record["file"]), sidecar_bytes(record))
+
+
+def migrate(root: Path, base: Path, revision: str) -> list[Outcome]:
+    """Move every old-rule sidecar that ``provenance.migrated`` allows to today's rule; one outcome per writer."""
+    moved: dict[str, list[str]] = {}
+    for record in read_all_provenance(root):
+        if rule_of(record) != LEGACY_RULE:
+            continue
+        new = migrated(record, base / "lib", root / "lib", base=revision)
+        if new is not None:
+            _write_record(root, new)
+            moved.setdefault(record["notebook"], []).append(record["file"])
+    return [Outcome(writer, tuple(files), "migrated", f"{len(files)} sidecar(s) from rule {LEGACY_RULE}")
+            for writer, files in sorted(moved.items())]
+
+
+def _canary_blockers(record: Mapping[str, Any], root: Path, base: Path) -> list[str]:
+    """Why a canary cannot decide for this record (its bytes or parameters changed, or it was stale at base)."""
+    blockers = [r for r in stale_reasons(record, root, root / "lib")
+                if "differs from the bytes" in r or "non-default parameters" in r or "is gone" in r and "writer" in r]
+    at_base = stale_reasons(record, base, base / "lib")
+    if at_base:
+        blockers.append(f"not current at the base revision either ({'; '.join(at_base[:3])})")
+    return blockers
+
+
+def accept_writer(root: Path, base: Path, revision: str, writer: str, records: list[dict[str, Any]]) -> Outcome:
+    """Run ``writer``'s canary at base and work tree; rewrite its sidecars when the bytes agree."""
+    files = tuple(r["file"] for r in records)
+    blockers = [f"{r['file']}: {b}" for r in records for b in _canary_blockers(r, root, base)]
+    if blockers:
+        return Outcome(writer, files, "full run due", "; ".join(blockers))
+    parameters = canary_parameters(root / writer)
+    with work_tree_copy(root) as work:
+        base_bytes = run_canary(base, writer, parameters)
+        work_bytes = run_canary(work, writer, parameters)
+        differ = compare_canaries(base_bytes, work_bytes)
+        missing = [f for f in files if f not in work_bytes]
+        if differ or missing:
+            why = (f"canary bytes differ in {', '.join(differ)}" if differ else
+                   f"the canary does not write {', '.join(missing)}")
+            return Outcome(writer, files, "full run due", why)
+        for record in records:
+            canary = json.loads(work_bytes[record["file"] + SIDECAR_SUFFIX])
+            _write_record(root, accepted_record(record, canary, revision, parameters))
+    return Outcome(writer, files, "accepted", f"canary {parameters} gave the same bytes at {revision[:10]}")
+
+
+def accept(root: Path, revision: str = "HEAD") -> list[Outcome]:
+    """Migrate old-rule sidecars, then accept each stale experiment by its canary; chapters are listed to re-run."""
+    commit = git(root, "rev-parse", "--verify", revision + "^{commit}")
+    outcomes: list[Outcome] = []
+    with base_tree(root, commit) as base:
+        outcomes += migrate(root, base, commit)
+        stale: dict[str, list[dict[str, Any]]] = {}
+        for record in read_all_provenance(root):
+            if stale_reasons(record, root, root / "lib") and record["notebook"].endswith(".ipynb"):
+                stale.setdefault(record["notebook"], []).append(record)
+        for writer, records in sorted(stale.items()):
+            if not writer.startswith(EXPERIMENTS + "/"):
+                outcomes.append(Outcome(writer, tuple(r["file"] for r in records), "re-run",
+                                        "a chapter: make reproduce ARGS=--stale re-runs it"))
+                continue
+            print(f"accept: {writer}: canary at {commit[:10]} and at the work tree ...", flush=True)
+            outcomes.append(accept_writer(root, base, commit, writer, records))
+    return outcomes
