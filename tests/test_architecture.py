@@ -147,3 +147,14 @@ def test_the_architecture_map_lists_every_module() -> None:
 def test_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         attnid.nope  # noqa: B018
+
+
+def test_importing_the_packages_loads_at_most_four_of_their_modules() -> None:
+    # Both faces are lazy (PEP 562): what a data file's provenance records is what its writer used.
+    code = ("import sys, attnid, attnbook\n"
+            "mods = sorted(m for m in sys.modules if m.split('.')[0] in ('attnid', 'attnbook'))\n"
+            "assert len([m for m in mods if m.startswith('attnid')]) <= 4 and len(mods) <= 8, mods\n"
+            "import types\n"
+            "assert isinstance(attnid.verify, types.FunctionType) and attnid.verify.__module__ == 'attnid.verification'\n"
+            "assert set(attnid.__all__) <= set(dir(attnid)) and callable(attnbook.setup)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

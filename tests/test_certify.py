@@ -11,7 +11,7 @@ from attnid.layer import forward
 from attnid.rank import FLOAT64_UNIT_ROUNDOFF, VerifiedBounds
 from attnid.spec import AttentionSpec
 from attnid.symmetry import orbit_tangent
-from attnid.verify import _draw_point, _inputs, default_inputs, jacobian_error, numeric_rank
+from attnid.verification import _draw_point, _inputs, default_inputs, jacobian_error, numeric_rank
 
 N = 40
 
@@ -175,7 +175,7 @@ def test_jacobian_error_is_far_below_the_verified_margin(spec: AttentionSpec) ->
 
 @pytest.mark.parametrize("spec", LAYOUTS[:2], ids=lambda s: s.describe().replace(" ", ","))
 def test_certify_layout_is_the_certificate_of_verify(spec: AttentionSpec) -> None:
-    from attnid.verify import certify_layout, verify
+    from attnid.verification import certify_layout, verify
     one_pass = certify_layout(spec, seq_len=6, seed=3)
     full = verify(spec, seq_len=6, seed=3, method="dense")
     assert one_pass.decision is not None and full.decision.method == "certificate"

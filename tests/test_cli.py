@@ -8,7 +8,7 @@ import pytest
 
 from attnid.cli import main
 from attnid.spec import AttentionSpec, parse_bias, rope_dims_from_fraction
-from attnid.verify import numeric_rank
+from attnid.verification import numeric_rank
 
 BASE = ["--d-model", "8", "--heads", "2"]
 
@@ -121,7 +121,7 @@ def test_bias_parsing_accepts_any_order_and_none() -> None:
 
 def test_verify_default_seq_len_is_the_library_rule(capsys: pytest.CaptureFixture) -> None:
     from attnid.cli import build_parser
-    from attnid.verify import default_seq_len
+    from attnid.verification import default_seq_len
 
     spec = AttentionSpec.create(12, 2)
     assert default_seq_len(spec) != 8  # a layout where the old CLI default (8) differed from the library's

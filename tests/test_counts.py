@@ -7,7 +7,7 @@ import pytest
 
 from attnid.counts import count
 from attnid.spec import NORMS, AttentionSpec
-from attnid.verify import numeric_rank, verify
+from attnid.verification import numeric_rank, verify
 
 MAX_PARAMS = 700  # keeps each SVD well under a second on the CI machine
 

@@ -31,7 +31,7 @@ from attnid.spec import AttentionSpec
 
 pytestmark = pytest.mark.slow  # `make test-fast` skips this file: subprocesses or Triton's interpreter
 
-V = importlib.import_module("attnid.verify")  # the module: attnid.verify as an attribute is the function verify
+V = importlib.import_module("attnid.verification")
 LIB = Path(attnid.__file__).resolve().parents[1]  # the children import this checkout's library
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LIB), os.environ.get("PYTHONPATH", "")])}
 AS_LIMIT = 4 * 2**30  # virtual memory per child: importing torch and a small verify use about 1 GiB

@@ -31,7 +31,7 @@ from attnid.spec import AttentionSpec
 
 pytestmark = pytest.mark.slow  # subprocesses and a few hundred fuzzed configs
 
-V = importlib.import_module("attnid.verify")  # the module: attnid.verify as an attribute is the function
+V = importlib.import_module("attnid.verification")
 LIB = Path(attnid.__file__).resolve().parents[1]
 ROOT = LIB.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LIB), os.environ.get("PYTHONPATH", "")])}

@@ -13,7 +13,7 @@ from attnid.layer import forward, init_params, qk_normalise
 from attnid.rank import decide_rank
 from attnid.jacobian import jacobian_matrix
 from attnid.spec import AttentionSpec
-from attnid.verify import verify
+from attnid.verification import verify
 
 
 def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:

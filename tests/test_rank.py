@@ -198,7 +198,7 @@ def test_other_modules_take_their_tolerances_from_rank() -> None:
     assert attnid.symmetry.COMMUTANT_TOL is COMMUTANT_TOL
     # no literal tolerance (1e-10, 1e12, 0.5e-6 ...) left in the modules whose decisions moved here
     literal = re.compile(r"\b\d+(?:\.\d+)?e[-+]?\d+\b")
-    for name in ("attnid.symmetry", "attnid.verify", "attnid.certify"):  # attnid.verify is also a function's name
+    for name in ("attnid.symmetry", "attnid.verification", "attnid.certify"):
         found = literal.findall(Path(importlib.import_module(name).__file__).read_text())
         assert not found, f"{name} has literal tolerances {found}; name them in attnid.rank"
 

@@ -14,7 +14,7 @@ from attnid.layer import forward, init_params
 from attnid.runtime import generator
 from attnid.spec import AttentionSpec, standard_layouts
 from attnid.symmetry import orbit_tangent
-from attnid.verify import numeric_rank, verify
+from attnid.verification import numeric_rank, verify
 
 # Every standard layout the dense route handles at d = 8 (biases none and qkvo), and the features the standard
 # sweep leaves out: partial RoPE, a causal mask, a sliding window, chunks, single biases, d_v != d_k, heads narrower than d / H.

@@ -10,9 +10,9 @@ from attnid.counts import count
 from attnid.layer import init_params
 from attnid.runtime import generator
 from attnid.spec import AttentionSpec
-from attnid.verify import verify
+from attnid.verification import verify
 
-V = importlib.import_module("attnid.verify")  # the module: attnid.verify as an attribute is the function verify
+V = importlib.import_module("attnid.verification")
 
 SEQ_LEN = 5
 SEED = 3

@@ -18,6 +18,26 @@
 ``browser``     reads the built book in headless Chromium, as a person would, at two widths
 """
 
-from .chapter import Chapter, setup
+from __future__ import annotations
 
-__all__ = ["Chapter", "setup"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use (PEP 562), so that a data file's provenance lists only what its writer used.
+_LAZY = {"Chapter": "chapter", "setup": "chapter"}
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from .chapter import Chapter, setup
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attnbook' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -106,9 +106,17 @@ def _data_files(tree: Path) -> dict[str, bytes]:
 
 
 def run_canary(tree: Path, notebook: str, parameters: Mapping[str, Any]) -> dict[str, bytes]:
-    """Run ``notebook`` of ``tree`` with ``parameters`` on tree's own library; {data file: bytes} it (re)wrote."""
+    """Run ``notebook`` of ``tree`` with ``parameters`` on tree's own library; {data file: bytes} it wrote.
+
+    The writer's own earlier outputs are removed from the tree's data folder first, so every file
+    it writes is found, even one whose bytes the canary leaves as they were.
+    """
     import papermill
 
+    for sidecar in (tree / "data").rglob("*" + SIDECAR_SUFFIX):
+        if json.loads(sidecar.read_text()).get("notebook") == notebook:
+            sidecar.with_name(sidecar.name.removesuffix(SIDECAR_SUFFIX)).unlink(missing_ok=True)
+            sidecar.unlink()
     before = _data_files(tree)
     env = {**os.environ, **portable_environment(), "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree)}
     saved = dict(os.environ)

@@ -29,7 +29,7 @@ Modules, one line each:
 ``jacobian``   Jacobians with respect to all parameters, and their rank without holding all of J
 ``certify``    certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
 ``structured`` the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers)
-``verify``     exact count next to the numeric nullity at a random point (``verify``), memory estimates
+``verification`` exact count next to the numeric nullity at a random point (``verify``), memory estimates
 ``ballcert``   rank proofs of the true Jacobian in ball arithmetic (python-flint): the rigorous certificate
 ``checks``     the numeric checks the chapters run: grids of layouts, invariance, off-orbit change
 ``symbolic``   exact rational checks with SymPy
@@ -56,49 +56,46 @@ The book's plumbing (provenance, devices, tables, chapter setup) is the separate
 
 from __future__ import annotations
 
-from typing import Any
-
-from .counts import Count, count
-from .jacobian import count_parameters, functional_rank, jacobian_matrix
-from .layer import forward, init_params
-from .layout import Layout
-from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
-from .runtime import generator
-from .spec import AttentionSpec, Params
-from .verify import Verification, verify
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# The kernels are loaded on first use (attnid.attention): importing attnid stays light, and the
-# provenance of a result records the kernel modules only when they were used.
-_LAZY = {"attention": "attention", "attention_jvp": "attention_jvp"}
+# Every public name is loaded on first use (PEP 562): `import attnid` loads this module alone, and the
+# provenance of a result records exactly the modules its computation used. {name: submodule that defines it}
+_LAZY = {
+    "Count": "counts", "count": "counts",
+    "count_parameters": "jacobian", "functional_rank": "jacobian", "jacobian_matrix": "jacobian",
+    "forward": "layer", "init_params": "layer",
+    "Layout": "layout",
+    "DEFAULT_MIN_GAP": "rank", "DEFAULT_ZERO_TOL": "rank", "RankDecision": "rank", "decide_rank": "rank",
+    "generator": "runtime",
+    "AttentionSpec": "spec", "Params": "spec",
+    "Verification": "verification", "verify": "verification",
+    "attention": "kernels", "attention_jvp": "kernels",
+}
 
-__all__ = [
-    "DEFAULT_MIN_GAP",
-    "DEFAULT_ZERO_TOL",
-    "AttentionSpec",
-    "Count",
-    "Layout",
-    "Params",
-    "RankDecision",
-    "Verification",
-    "attention",
-    "attention_jvp",
-    "count",
-    "count_parameters",
-    "decide_rank",
-    "forward",
-    "functional_rank",
-    "generator",
-    "init_params",
-    "jacobian_matrix",
-    "verify",
-]
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what static tools and IDEs see; at run time __getattr__ imports on demand
+    from .counts import Count, count
+    from .jacobian import count_parameters, functional_rank, jacobian_matrix
+    from .kernels import attention, attention_jvp
+    from .layer import forward, init_params
+    from .layout import Layout
+    from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
+    from .runtime import generator
+    from .spec import AttentionSpec, Params
+    from .verification import Verification, verify
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from . import kernels
-
-        return getattr(kernels, _LAZY[name])
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'attnid' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -19,7 +19,7 @@ from .jacobian import flatten, unflatten
 from .layer import forward, init_params
 from .runtime import generator
 from .spec import AttentionSpec
-from .verify import numeric_rank, verify
+from .verification import numeric_rank, verify
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Exit codes:
   (``attnid census | head -1``: the closed pipe ends the command quietly).
 * 1: verify found a mismatch or an unclear rank decision.
 * 2: bad flags or an invalid layout, or verify refused a layout whose estimated peak memory
-  (``attnid.verify.estimate_resources``) exceeds ``--max-memory``; one line on stderr.
+  (``attnid.verification.estimate_resources``) exceeds ``--max-memory``; one line on stderr.
 * 3: verify ran out of memory all the same (the allocator failed); one line on stderr.
 
 Every numeric flag is checked against stated bounds before any work (see ``--help``):
@@ -43,7 +43,7 @@ from .nullity import FamilyCheck
 from .relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from .runtime import MAX_SEED
 from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
-from .verify import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
+from .verification import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
                      estimate_resources, format_bytes, verify)
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
@@ -219,14 +219,14 @@ def _seq_len_help() -> str:
     doc = (default_seq_len.__doc__ or "").strip().splitlines()
     rule = f": {doc[0].rstrip('.')}" if doc and doc[0] else ""
     return (f"tokens per random input, {MIN_SEQ_LEN} to {MAX_SEQ_LEN} (default: the library's "
-            f"attnid.verify.default_seq_len(layout){rule})").replace("%", "%%")
+            f"attnid.verification.default_seq_len(layout){rule})").replace("%", "%%")
 
 
 def _max_memory_help() -> str:
     total = machine_memory()
     here = (f"half of {format_bytes(total)}, so {format_bytes(default_max_memory())}" if total is not None
             else f"unknown, so {format_bytes(FALLBACK_MAX_MEMORY)}")
-    return (f"refuse (exit {EXIT_USAGE}) a layout whose estimated peak memory (attnid.verify.estimate_resources) "
+    return (f"refuse (exit {EXIT_USAGE}) a layout whose estimated peak memory (attnid.verification.estimate_resources) "
             "exceeds SIZE, e.g. 8G, 512M, 1.5T (binary units; a bare number means GiB); default: "
             f"{MEMORY_SHARE:.0%} of this machine's memory, the physical RAM or a lower cgroup limit "
             f"(here {here})").replace("%", "%%")

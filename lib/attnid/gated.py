@@ -277,7 +277,7 @@ def hf_cross_check(spec: GatedSpec, seed: int = 0, seq_len: int = 8) -> Any:
     ``tangent_basis``); ``numeric`` is the nullity of the module's own float64 Jacobian.
     """
     from . import hf
-    from .verify import default_inputs
+    from .verification import default_inputs
 
     if spec.gate != "elementwise" or spec.base.qk_norm != "shared" or not spec.causal:
         raise ValueError("Qwen3-Next's layer has an elementwise gate, a shared QK-norm and a causal mask: "

@@ -12,7 +12,7 @@ from .counts import count
 from .layer import forward, init_params, parameter_shapes
 from .spec import AttentionSpec
 from .symmetry import orbit_tangent
-from .verify import verify
+from .verification import verify
 
 __all__ = ["AttentionSpec", "count", "example", "forward", "init_params", "parameter_shapes", "tangent_basis", "verify"]
 

@@ -123,7 +123,7 @@ def estimate_bytes(n_params: int, d_model: int, seq_len: int, n_inputs: int | No
     (N the batch ``measure`` uses): the stacked blocks and their concatenation (2 R P), one
     input's forward-mode Jacobian with its temporaries (4 seq_len d_model P), the accumulator's
     triangle and its SVD (3 P^2); times 1.5, plus ``FIRST_USE_BYTES``. Not calibrated like
-    ``attnid.verify.estimate_resources``: it counts every batch ``max_rounds`` allows.
+    ``attnid.verification.estimate_resources``: it counts every batch ``max_rounds`` allows.
     """
     batch = n_inputs or math.ceil(1.5 * n_params / (seq_len * d_model)) + 2
     rows = max_rounds * batch * seq_len * d_model

@@ -33,7 +33,7 @@ from .layout import Count, Params
 from .normalise import causal_mask, chunk_mask, window_mask
 from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
-from .verify import default_seq_len
+from .verification import default_seq_len
 from .wrapped import OnMultiHead, offset_forward
 
 TABLE = "rel_bias"  # the parameter: (H, buckets)
@@ -291,7 +291,7 @@ def hf_cross_check(spec: RelativeBiasSpec, seed: int = 0) -> Any:
     nullity of the module's own float64 Jacobian.
     """
     from . import hf
-    from .verify import default_inputs
+    from .verification import default_inputs
 
     def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
         base_params = {k: v for k, v in params.items() if k != TABLE}

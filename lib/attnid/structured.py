@@ -55,7 +55,7 @@ certificate (``attnid.certify``):
   (b) K = G + w B B^T with w = s_1^2 estimated: for v orthogonal to span(B), v^T K v = ||J v||^2,
   so K - c I positive definite gives ||J v|| >= sqrt(c) ||v|| on a subspace of dimension r, and
   s_r(J) >= sqrt(c) by Courant-Fischer. More robust (nothing is deleted), P x P.
-  ``attnid.verify`` tries (a) first above ``GAUGE_MIN_PARAMS`` parameters and (b) otherwise or after.
+  ``attnid.verification`` tries (a) first above ``GAUGE_MIN_PARAMS`` parameters and (b) otherwise or after.
 
 The shift is chosen in advance, c = (GRAM_FLOOR s_1)^2 with s_1 estimated, about the least
 separation the rank rule accepts (a second factorisation would measure t_r; at P = 16,384 one

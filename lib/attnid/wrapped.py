@@ -20,7 +20,7 @@ from .layout import Count, Params
 from .normalise import attention_weights
 from .nullity import FamilyCheck, check_layout
 from .spec import AttentionSpec
-from .verify import default_seq_len
+from .verification import default_seq_len
 
 
 class OnMultiHead:
