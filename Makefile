@@ -19,12 +19,12 @@ STAMP       := $(VENV)/.installed
 DEVICE      ?= cpu
 ARGS        ?=
 JOBS        ?=
-# the worker processes of the experiments' sweeps (attnid.sweep); empty: every local core
+# the worker processes of the experiments' sweeps (attnid.train.sweep); empty: every local core
 ifneq ($(strip $(JOBS)),)
 export ATTNID_JOBS := $(JOBS)
 endif
 SCHEDULER   ?=
-# a Dask scheduler's address (tcp://host:8786): every sweep of the experiments runs on that cluster (attnid.sweep)
+# a Dask scheduler's address (tcp://host:8786): every sweep of the experiments runs on that cluster (attnid.train.sweep)
 ifneq ($(strip $(SCHEDULER)),)
 export ATTNID_SCHEDULER := $(SCHEDULER)
 endif

@@ -169,7 +169,7 @@ def strip_volatile(notebook: nbformat.NotebookNode) -> None:
 
 
 # An experiment's kernel leaves the file descriptors 1 and 2 alone (ipykernel captures them by default), so the
-# progress bars of attnid.sweep, written to sys.__stderr__, reach this terminal and never the stored notebook.
+# progress bars of attnid.train.sweep, written to sys.__stderr__, reach this terminal and never the stored notebook.
 EXPERIMENT_KERNEL_ARGUMENTS = ["--IPKernelApp.capture_fd_output=False"]
 
 

@@ -2,6 +2,6 @@
 
 
 def lazy_count(task: int) -> int:
-    from attnid import alibi  # noqa: F401, PLC0415 (the point: a module only the workers load)
+    from attnid.families import alibi  # noqa: F401, PLC0415 (the point: a module only the workers load)
 
     return task * 2

@@ -1,12 +1,13 @@
-"""ALiBi (attnid.alibi): the slopes, the forward, the symmetries it keeps, and count = float64 Jacobian nullity."""
+"""ALiBi (attnid.families.alibi): the slopes, the forward, the symmetries it keeps, and count = float64 Jacobian nullity."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnid import alibi, counts, layer, symmetry
-from attnid.alibi import AlibiSpec
+from attnid.families import alibi
+from attnid import counts, layer, symmetry
+from attnid.families.alibi import AlibiSpec
 from attnid.spec import AttentionSpec
 
 LAYOUTS = [

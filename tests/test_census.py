@@ -18,7 +18,7 @@ def test_shipped_layouts_cover_the_paper_table() -> None:
     layouts = {lay.key: lay for lay in load_layouts()}
     assert PAPER_MODELS | MODERN_MODELS <= set(layouts)
     assert all(lay.source for lay in layouts.values()), "every entry names its source"
-    assert layouts["deepseek-v2"].covered and layouts["deepseek-v2"].mla is not None  # counted by attnid.mla
+    assert layouts["deepseek-v2"].covered and layouts["deepseek-v2"].mla is not None  # counted by attnid.families.mla
     assert not layouts["gemma-2-2b"].covered  # soft-capping
     assert layouts["olmo-2-7b"].covered and layouts["olmo-2-7b"].spec.qk_norm == "full"  # no stand-in any more
     assert layouts["mistral-7b"].covered and layouts["mistral-7b"].spec.window == 4096  # a window changes no count
@@ -36,7 +36,7 @@ def test_census_rows_follow_the_counts() -> None:
     # multi-query Falcon: one group
     assert rows["falcon-7b"]["unidentified_per_layer"] == 64 + 64**2
     assert rows["gemma-2-2b"]["ratio"] is None
-    # DeepSeek-V2: counted by attnid.mla, every layer the same
+    # DeepSeek-V2: counted by attnid.families.mla, every layer the same
     assert rows["deepseek-v2"]["unidentified_all_layers"] == rows["deepseek-v2"]["layers"] * rows["deepseek-v2"]["unidentified_per_layer"]
     # OLMo-2: QK-norm over the full width, eps > 0: the weight trade G r/2 and the value side G d_v^2
     assert rows["olmo-2-7b"]["unidentified_per_layer"] == 32 * (64 + 128**2)
@@ -155,7 +155,7 @@ def test_causal_field_must_be_a_yaml_bool(value: object) -> None:
 
 
 def test_qwen3_entry_agrees_with_the_published_config() -> None:
-    from attnid.hfconfig import model_count
+    from attnid.hf.config import model_count
 
     row = next(r.record() for r in census(load_layouts()) if r.layout.key == "qwen3-8b")
     (group,) = model_count(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen3-8b").groups
@@ -179,7 +179,7 @@ def test_malformed_modern_fields(extra: dict, message: str) -> None:
 
 
 def test_gated_alibi_and_relative_bias_rows() -> None:
-    from attnid import gated
+    from attnid.families import gated
     from attnid.counts import count
 
     rows = {row.layout.key: row.record() for row in census(load_layouts())}
@@ -189,7 +189,7 @@ def test_gated_alibi_and_relative_bias_rows() -> None:
     assert rows["qwen3-next-80b"]["unidentified_all_layers"] == 12 * gated.count(qwen.layout).unidentified
     bloom = next(lay for lay in load_layouts() if lay.key == "bloom")
     assert rows["bloom"]["unidentified_per_layer"] == count(bloom.spec).unidentified  # ALiBi changes no count
-    from attnid import relbias
+    from attnid.families import relbias
 
     for key, unseen in (("t5-small", 1), ("t5-small-decoder", 0)):  # T5's map leaves one encoder bucket unused
         t5 = next(lay for lay in load_layouts() if lay.key == key)

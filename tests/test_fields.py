@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnid import mla
+from attnid.families import mla
 from attnid.census import load_layouts
 from attnid.cli import main
 from attnid.fields import FIELDS, MAX_WIDTH, check, rope_columns, show
-from attnid.hfconfig import count_config
+from attnid.hf.config import count_config
 from attnid.kernels.api import check_inputs
 from attnid.spec import AttentionSpec
 

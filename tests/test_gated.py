@@ -1,4 +1,4 @@
-"""Output-gated attention (attnid.gated): the forward, the symmetries the gate keeps and breaks, count = verify."""
+"""Output-gated attention (attnid.families.gated): the forward, the symmetries the gate keeps and breaks, count = verify."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
-from attnid import families, gated, layer
+from attnid import families, layer
+from attnid.families import gated
 from attnid.cli import main
-from attnid.gated import GatedSpec
+from attnid.families.gated import GatedSpec
 from attnid.spec import AttentionSpec
 
 # (ungated layout, gate, gate bias): elementwise and headwise gates, MHA/GQA/MQA, biases, RoPE, causal masks,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnid.hf import FAMILIES, QK_NORM_FAMILIES, build, cross_check, family_spec
+from attnid.hf.modules import FAMILIES, QK_NORM_FAMILIES, build, cross_check, family_spec
 
 CASES = [
     ("gpt2", dict(heads=2)),
@@ -25,7 +25,7 @@ IDS = [f"{family}-{'-'.join(f'{k}{v}' for k, v in sizes.items())}" for family, s
 def test_predictions_hold_on_the_real_module(family: str, sizes: dict) -> None:
     result = cross_check(family, family_spec(family, **sizes), seed=3)
     # same function; transformers builds its RoPE tables in float32, hence 1e-7 rather than 1e-13, except for the
-    # QK-norm families, which get float64 tables and run their RMSNorm in float64 (attnid.hf.float64_kept)
+    # QK-norm families, which get float64 tables and run their RMSNorm in float64 (attnid.hf.modules.float64_kept)
     assert result.same_function < (1e-13 if family in ("gpt2", *QK_NORM_FAMILIES) else 1e-7)
     assert result.symmetry_change < 1e-13          # the predicted symmetry is invisible to their code
     assert result.off_orbit_change > 1e-7          # a predicted identified direction is not
@@ -92,7 +92,7 @@ def test_qk_norm_family_specs() -> None:
 
 def test_their_float32_norm_is_what_float64_kept_skips() -> None:
     # Without float64_kept, Qwen3's RMSNorm computes in float32: the same function only to float32 precision.
-    import attnid.hf as hf
+    import attnid.hf.modules as hf
 
     layer = build("qwen3", family_spec("qwen3", heads=2), seed=0)
     x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from attnid.cli import main
-from attnid.hfconfig import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
+from attnid.hf.config import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
 from attnid.layout import Count
 from attnid.spec import AttentionSpec
 
@@ -72,7 +72,7 @@ def test_folder_and_file_paths_give_the_same_count() -> None:
 
 def test_registry_covers_the_census_families() -> None:
     assert REQUIRED_TYPES <= set(supported_types())
-    assert {"deepseek_v2", "deepseek_v3", "kimi_k2"} <= set(MAPPERS)  # multi-head latent attention, via attnid.mla
+    assert {"deepseek_v2", "deepseek_v3", "kimi_k2"} <= set(MAPPERS)  # multi-head latent attention, via attnid.families.mla
 
 
 def test_unknown_model_type_is_exit_2_naming_the_supported_ones(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The mappers of attnid.hfmodels on published config.json files, against closed forms written here.
+"""The mappers of attnid.hf.models on published config.json files, against closed forms written here.
 
 The closed forms restate the book's counts for the layouts these models use (d_k, d_v <= d), from the
 theorems, without the library: per key/value group the query/key side keeps r + (d_k - r)^2 (all of
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnid.hfconfig import model_count
+from attnid.hf.config import model_count
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -66,7 +66,7 @@ COUNTED = {
     "nemotron-4-minitron-4b": [("full_attention", 32, dict(d=3072, h=24, g=8, dk=128, r=64))],
     "nemotron-minitron-8b": [("full_attention", 40, dict(d=4096, h=32, g=8, dk=128, r=128))],
     "qwen3-next-80b-a3b": [("full_attention", 12, dict(d=2048, h=16, g=2, dk=256, r=64, qk_norm="shared", gate=True))],
-    # ALiBi (attnid.alibi) changes no count: the closed form of the same layout without position biases
+    # ALiBi (attnid.families.alibi) changes no count: the closed form of the same layout without position biases
     "bloom": [("full_attention", 70, dict(d=14336, h=112, g=112, dk=128, bias="qkvo"))],
     "mpt-7b": [("full_attention", 32, dict(d=4096, h=32, g=32, dk=128))],
 }
@@ -128,7 +128,7 @@ def test_t5_counts_its_first_layers_table_and_leaves_cross_attention_out() -> No
 
 
 def test_umt5_has_a_table_in_every_layer() -> None:
-    from attnid.hfconfig import count_config
+    from attnid.hf.config import count_config
 
     data = {"model_type": "umt5", "d_model": 512, "d_kv": 64, "num_heads": 6, "num_layers": 8,
             "num_decoder_layers": 8, "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
@@ -143,7 +143,7 @@ def test_a_disagreeing_duplicate_field_is_refused() -> None:
     import json
 
     data = json.loads((FIXTURES / "stablelm-3b-4e1t" / "config.json").read_text())
-    from attnid.hfconfig import count_config
+    from attnid.hf.config import count_config
 
     with pytest.raises(ValueError, match="'num_heads' is 16 but num_attention_heads is 32"):
         count_config({**data, "num_heads": 16})
@@ -173,7 +173,7 @@ def test_the_mapper_reads_the_configuration_transformers_writes(model_type: str)
 
     transformers = pytest.importorskip("transformers")
     from attnid import families
-    from attnid.hfconfig import count_config
+    from attnid.hf.config import count_config
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

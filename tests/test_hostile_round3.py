@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnid
-from attnid import cli, hfconfig, hfread
+from attnid import cli
+from attnid.hf import config as hfconfig, read as hfread
 from attnid.spec import AttentionSpec
 
 pytestmark = pytest.mark.slow  # subprocesses and a few hundred fuzzed configs

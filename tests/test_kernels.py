@@ -253,7 +253,7 @@ def test_layer_forward_through_the_kernels(kw: dict, gen: torch.Generator, monke
 
 def test_training_through_the_kernels_follows_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """The training chapters' GPU path (float32, backend='kernels') on the Triton path, against the reference."""
-    from attnid import training
+    from attnid.train import training
     from attnid.kernels import api
     from attnid.spec import AttentionSpec
 

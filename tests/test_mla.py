@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnid import mla
+from attnid.families import mla
 from attnid.census import census, load_layouts, parse_layout
 from attnid.jacobian import count_parameters, flatten, input_jacobian
 from attnid.rank import DEFAULT_ZERO_TOL
@@ -214,7 +214,7 @@ def test_tangent_directions_are_null_for_the_jacobian_and_count_by_source() -> N
 
 
 def test_census_mla_entries_follow_attnid_mla() -> None:
-    """The census's MLA rows equal attnid.mla's count of the same layout read from transformers' config defaults."""
+    """The census's MLA rows equal attnid.families.mla's count of the same layout read from transformers' config defaults."""
     from transformers import DeepseekV3Config
 
     rows = {row.layout.key: row.record() for row in census(load_layouts())}

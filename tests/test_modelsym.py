@@ -1,4 +1,4 @@
-"""The model's invariant directions (attnid.modelsym, textmodel.invariant_subspaces) against the Jacobian's rank.
+"""The model's invariant directions (attnid.train.modelsym, textmodel.invariant_subspaces) against the Jacobian's rank.
 
 Every claimed direction must leave the model's output unchanged, and together with the orbit they must
 account for the whole null space of the output's Jacobian with respect to the block's parameters at a
@@ -11,15 +11,15 @@ import pytest
 import torch
 from torch.func import jacfwd
 
-from attnid import modelsym, spans
-from attnid import textmodel as tm
-from attnid import textsym as ts
-from attnid import training as T
+from attnid.train import modelsym, spans
+from attnid.train import textmodel as tm
+from attnid.train import textsym as ts
+from attnid.train import training as T
 from attnid.jacobian import flatten
 from attnid.layer import forward
 from attnid.rank import numerical_rank
 from attnid.spec import AttentionSpec
-from attnid.trainsweep import copy_invariants
+from attnid.train.trainsweep import copy_invariants
 
 TINY = tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6)  # as the experiment's
 TINY_MHA = tm.TextModelSpec.create(layers=1, d_model=8, heads=2, rope_fraction=0.0, bias="qk", seq_len=6)
@@ -197,7 +197,7 @@ def test_the_model_basis_is_orthonormal_and_spans_the_union_of_orbit_and_moves(s
 
 def test_a_failed_divide_and_conquer_svd_falls_back_to_the_qr_factor(monkeypatch) -> None:
     attn, orbit, extra = _orbit_and_moves(TINY, seed=6)
-    mat = spans.stack(orbit + extra, attn)  # the SVD path of attnid.spans (taken where the Gram path cannot decide)
+    mat = spans.stack(orbit + extra, attn)  # the SVD path of attnid.train.spans (taken where the Gram path cannot decide)
     expected = mat @ spans.svd_coefficients(mat)
     svd, calls = torch.linalg.svd, []
 

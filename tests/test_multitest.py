@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from attnid.multitest import holm, signed_rank_test
+from attnid.train.multitest import holm, signed_rank_test
 
 
 def brute_force_p(diff: np.ndarray) -> float:

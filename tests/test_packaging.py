@@ -76,7 +76,7 @@ def test_the_library_installs_and_runs_without_the_book_dependencies(tmp_path: P
     pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "--no-index", str(source)], check=True,
                    env=env, cwd=tmp_path)
-    probe = ("import importlib.util, attnid, attnid.families, attnid.hfconfig;"
+    probe = ("import importlib.util, attnid, attnid.families, attnid.hf.config;"
              "print(attnid.__file__); print(importlib.util.find_spec('matplotlib') is None)")
     out = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True, env=env, cwd=tmp_path).stdout
     where, no_matplotlib = out.split()

@@ -172,7 +172,7 @@ def test_an_experiments_progress_bar_reaches_the_terminal_not_the_stored_noteboo
     assert reproduce.kernel_arguments(Path("chapters/x.ipynb")) == []  # nbval's kernels capture; the chapters' too
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from attnid.sweep import run_sweep\nprint(run_sweep(abs, [-1, 2], progress=True, desc='probe-bar'))")]
+        "from attnid.train.sweep import run_sweep\nprint(run_sweep(abs, [-1, 2], progress=True, desc='probe-bar'))")]
     source, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
     nbformat.write(nb, source)
     script = ("import papermill, sys\n"

@@ -171,7 +171,7 @@ def test_dependencies_are_the_modules_the_writer_loaded(tmp_path: Path) -> None:
     deps = _dependencies_written_after("import attnid.counts", tmp_path)
     assert {"attnid/counts.py", "attnid/spec.py", "attnid/normalise.py"} <= set(deps)
     assert "attnbook/provenance.py" not in deps  # plumbing
-    assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/training.py"} & set(deps)
+    assert not {"attnid/census.py", "attnid/architectures.yaml", "attnid/kernels/flash.py", "attnid/train/training.py"} & set(deps)
 
 
 def test_a_module_that_affects_no_data_is_not_a_dependency(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def test_editing_a_module_the_chapter_did_not_import_keeps_it_current(tmp_path: 
     code = tmp_path / "lib"
     shutil.copytree(code_root(), code, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     assert stale_reasons(record, ROOT, code) == []
-    unused = ["attnid/census.py", "attnid/kernels/flash.py", "attnid/training.py"]
+    unused = ["attnid/census.py", "attnid/kernels/flash.py", "attnid/train/training.py"]
     assert not set(unused) & set(record["depends_on"])
     for rel in unused:
         with open(code / rel, "a") as handle:
@@ -301,7 +301,7 @@ def test_comments_and_docstrings_appended_to_every_module_stale_nothing(tmp_path
 
 def test_a_statement_stales_exactly_the_files_whose_writers_loaded_the_module(tmp_path: Path) -> None:
     records = _committed_current_records()
-    for rel in ("attnid/counts.py", "attnid/training.py", "attnid/ballcert.py"):
+    for rel in ("attnid/counts.py", "attnid/train/training.py", "attnid/ballcert.py"):
         code = _library_copy(tmp_path / rel.replace("/", "_"))
         with open(code / rel, "a") as handle:
             handle.write("\n_ADDED = 1\n")

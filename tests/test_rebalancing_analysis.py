@@ -1,12 +1,12 @@
-"""attnbook.rebalancing and its report: the stability rule, the tuned rate and the paired comparisons, on tables built
+"""attnid.train.rebalancing and its report: the stability rule, the tuned rate and the paired comparisons, on tables built
 by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from attnbook import rebalancing as RB
-from attnbook import rebalancing_report as R
+from attnid.train import rebalancing as RB
+from attnbook.reports import rebalancing as R
 
 SETTINGS = {"IMBALANCES": [1.0], "RATES": {"sgd": [0.1, 0.2, 0.4]}, "SEEDS": 10, "BALANCE_EVERY": 25}
 

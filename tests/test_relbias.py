@@ -1,12 +1,13 @@
-"""Relative position bias (attnid.relbias): T5's bucket map, the forward, the moves, and count = Jacobian nullity."""
+"""Relative position bias (attnid.families.relbias): T5's bucket map, the forward, the moves, and count = Jacobian nullity."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnid import counts, families, relbias
-from attnid.relbias import RelativeBiasSpec
+from attnid import counts, families
+from attnid.families import relbias
+from attnid.families.relbias import RelativeBiasSpec
 from attnid.spec import AttentionSpec
 
 LAYOUTS = [  # (layout fields, buckets, max_distance, length)

@@ -1,4 +1,4 @@
-"""attnid.residual: turning the text model's residual stream about the ones vector changes nothing, and the
+"""attnid.train.residual: turning the text model's residual stream about the ones vector changes nothing, and the
 moves are independent of the embedding's own invariant directions."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnid import residual
-from attnid import textmodel as tm
+from attnid.train import residual
+from attnid.train import textmodel as tm
 
 
 def _small_text_model(seed: int = 0, rope_fraction: float = 0.5):

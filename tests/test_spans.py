@@ -1,13 +1,13 @@
-"""attnid.spans: orthonormal bases kept as coefficients, against a dense SVD with the rank rule."""
+"""attnid.train.spans: orthonormal bases kept as coefficients, against a dense SVD with the rank rule."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnid import spans
+from attnid.train import spans
 from attnid import symmetry as sym
-from attnid import training as T
+from attnid.train import training as T
 from attnid.jacobian import flatten, unflatten
 from attnid.layer import init_params
 from attnid.rank import numerical_rank

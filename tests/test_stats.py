@@ -1,12 +1,12 @@
-"""attnid.stats: paired bootstrap summaries and the chance level of a share."""
+"""attnid.train.stats: paired bootstrap summaries and the chance level of a share."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from attnid import stats
-from attnid.stats import chance_share, paired_summary
+from attnid.train import stats
+from attnid.train.stats import chance_share, paired_summary
 
 
 def test_a_clear_shift_gives_an_interval_that_excludes_zero() -> None:
@@ -74,7 +74,7 @@ def test_median_interval_brackets_the_median_and_is_reproducible() -> None:
 
 
 def test_round_up_gives_a_printed_bound_that_holds() -> None:
-    from attnid.stats import round_up
+    from attnid.train.stats import round_up
 
     for x, digits, printed in ((8.44e-9, 1, "9e-09"), (0.004521, 2, "0.0046"), (1.44e-11, 1, "2e-11"), (3e-5, 1, "3e-05")):
         bound = round_up(x, digits)

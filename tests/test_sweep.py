@@ -1,10 +1,10 @@
-"""attnid.sweep: results in task order and byte-identical whatever the number of workers."""
+"""attnid.train.sweep: results in task order and byte-identical whatever the number of workers."""
 
 from __future__ import annotations
 
 import pytest
 
-from attnid.sweep import check_jobs, run_sweep
+from attnid.train.sweep import check_jobs, run_sweep
 
 
 def _small_run(seed: int) -> str:
@@ -45,7 +45,7 @@ def test_the_same_sweep_on_a_local_dask_cluster():
 
 
 def test_the_worker_count_from_the_environment(monkeypatch):
-    from attnid.sweep import JOBS_VARIABLE, environment_jobs
+    from attnid.train.sweep import JOBS_VARIABLE, environment_jobs
 
     monkeypatch.delenv(JOBS_VARIABLE, raising=False)
     assert environment_jobs() == -1 and environment_jobs(default=3) == 3
@@ -59,10 +59,10 @@ def test_the_worker_count_from_the_environment(monkeypatch):
 
 @pytest.mark.slow
 def test_the_experiments_training_runs_do_not_depend_on_the_worker_count():
-    # The tasks the experiments fan out (attnid.trainsweep.run_training and the rebalancing runs), small: the
+    # The tasks the experiments fan out (attnid.train.trainsweep.run_training and the rebalancing runs), small: the
     # same results, in task order, from one worker and from two.
-    from attnbook import rebalancing as RB
-    from attnid.trainsweep import TrainRun, run_training
+    from attnid.train import rebalancing as RB
+    from attnid.train.trainsweep import TrainRun, run_training
 
     training = [TrainRun("copy", 16, (2, 12, 8), "adam", 0.03, 6, 0, measure_every=2),
                 TrainRun("teacher-student", 8, (2, 2, 0.0, "none"), "momentum", 0.05, 6, 1, measure_every=2),
@@ -87,7 +87,7 @@ def _worker_address(task: int) -> str:
 @pytest.mark.slow
 def test_the_scheduler_variable_sends_every_sweep_to_that_cluster(monkeypatch):
     distributed = pytest.importorskip("distributed")
-    from attnid import sweep
+    from attnid.train import sweep
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         monkeypatch.setenv(sweep.SCHEDULER_VARIABLE, cluster.scheduler_address)
@@ -105,7 +105,7 @@ def test_the_scheduler_variable_sends_every_sweep_to_that_cluster(monkeypatch):
 
 def test_an_unreachable_scheduler_is_a_clear_error(monkeypatch):
     pytest.importorskip("distributed")
-    from attnid import sweep
+    from attnid.train import sweep
 
     monkeypatch.setenv(sweep.SCHEDULER_VARIABLE, "tcp://127.0.0.1:9")  # the discard port: nothing listens
     monkeypatch.setattr(sweep, "_CLIENTS", {})
@@ -134,10 +134,10 @@ def test_modules_only_the_workers_import_are_loaded_for_the_callers_provenance()
     script = (
         "import sys\n"
         "import sweep_probe\n"
-        "from attnid.sweep import run_sweep\n"
-        "assert 'attnid.alibi' not in sys.modules, 'the probe needs a module the caller has not loaded'\n"
+        "from attnid.train.sweep import run_sweep\n"
+        "assert 'attnid.families.alibi' not in sys.modules, 'the probe needs a module the caller has not loaded'\n"
         "assert run_sweep(sweep_probe.lazy_count, [1, 2, 3], jobs=2) == [2, 4, 6]\n"
-        "assert 'attnid.alibi' in sys.modules\n"
+        "assert 'attnid.families.alibi' in sys.modules\n"
     )
     tests = Path(__file__).parent
     done = subprocess.run([sys.executable, "-c", script], cwd=tests, capture_output=True, text=True, timeout=300,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnid import symmetry as sym
-from attnid import textmodel as tm
+from attnid.train import textmodel as tm
 from attnid.layer import forward
 
 SMALL = tm.TextModelSpec.create(layers=2, d_model=16, heads=4, kv_heads=2, rope_fraction=0.5, seq_len=12)
@@ -148,7 +148,7 @@ def test_drift_beyond_decay_is_zero_for_pure_shrinking() -> None:
     attn = tm.layer_attention(params, 0)
     shrunk = {n: 0.9 * p for n, p in attn.items()}
     start_c, now_c = sym.conserved_quantities(attn, SMALL.attention), sym.conserved_quantities(shrunk, SMALL.attention)
-    from attnid.training import conservation_drift
+    from attnid.train.training import conservation_drift
 
     assert max(conservation_drift(tuple(0.81 * c for c in start_c), now_c, 1.0)) < 1e-12
     assert min(conservation_drift(start_c, now_c, 1.0)) > 1e-3
@@ -191,7 +191,7 @@ def test_random_gradient_baseline_is_isotropic_noise_for_sgd_and_refuses_unknown
 @pytest.mark.slow
 def test_real_text_runs_give_the_same_bytes_on_one_or_two_workers() -> None:
     # the experiment's own task function, float32, with shares, drift and dead parameters measured
-    from attnid.sweep import run_sweep
+    from attnid.train.sweep import run_sweep
 
     spec = tm.TextModelSpec.create(layers=1, d_model=16, heads=4, kv_heads=2, rope_fraction=0.5, seq_len=12)
     settings = tuple(sorted(dict(steps=6, batch=4, optimiser="adamw", lr=1e-2, weight_decay=0.1, eval_every=3,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnid import symmetry as sym
-from attnid import training as T
+from attnid.train import training as T
 from attnid.jacobian import flatten, unflatten
 from attnid.layer import forward, init_params
 from attnid.spec import AttentionSpec

@@ -1,4 +1,4 @@
-"""attnbook.training_report (chapter 11) and attnbook.real_text_report (chapter 13), on tables built by hand
+"""attnbook.reports.training (chapter 11) and attnbook.reports.real_text (chapter 13), on tables built by hand
 whose answers are known without the code under test."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnbook import real_text_report as RT
-from attnbook import training_report as TR
+from attnbook.reports import real_text as RT
+from attnbook.reports import training as TR
 
 # ---------------------------------------------------------------- chapter 11
 

@@ -1,4 +1,4 @@
-"""The sweep's training runs (attnid.trainsweep): the copy task measured against everything its model cannot see."""
+"""The sweep's training runs (attnid.train.trainsweep): the copy task measured against everything its model cannot see."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnid import modelsym
-from attnid import training as T
-from attnid.trainsweep import TrainRun, _Trajectory, copy_invariants, run_training
+from attnid.train import modelsym
+from attnid.train import training as T
+from attnid.train.trainsweep import TrainRun, _Trajectory, copy_invariants, run_training
 
 COPY = TrainRun("copy", 16, (2, 12, 8), "sgd", 0.5, 12, 0, measure_every=4)
 

@@ -16,6 +16,7 @@
 ``downloads``   each chapter's data files, zipped with their provenance, for the reader to download
 ``sphinxext``   the book's Sphinx extension (the download links)
 ``browser``     reads the built book in headless Chromium, as a person would, at two widths
+``reports``     what chapters 11 to 13 compute from the experiments' data (no experiment imports them)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _LAZY = {"Chapter": "chapter", "setup": "chapter"}
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
-    from .chapter import Chapter, setup
+    from attnbook.chapter import Chapter, setup
 
 
 def __getattr__(name: str) -> Any:

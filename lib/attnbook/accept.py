@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .machine import portable_environment
-from .provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, read_all_provenance, rule_of, sidecar_bytes,
+from attnbook.machine import portable_environment
+from attnbook.provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, read_all_provenance, rule_of, sidecar_bytes,
                          sidecar_path, stale_reasons, write_bytes)
 
 NOT_A_DEPENDENCY = "decides whether a sidecar may be rewritten; computes no number of any data file"

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from . import style
-from .devices import describe_device, resolve_device
-from .paths import data_dir, repo_root
-from .provenance import check_pair, notebook_parameters, write_csv
+from attnbook import style
+from attnbook.devices import describe_device, resolve_device
+from attnbook.paths import data_dir, repo_root
+from attnbook.provenance import check_pair, notebook_parameters, write_csv
 
 NOT_A_DEPENDENCY = "binds a notebook's name, parameters and device to the writer; every value it passes is recorded in the sidecar"
 

@@ -141,7 +141,7 @@ def output_gates(d_model: int) -> list[Any]:
     Then three layouts the theorem singles out: a value head wider than the model (d_v > d), a value bias without
     b_O, and Qwen3-Next's shape (shared QK-norm, partial RoPE, elementwise gate).
     """
-    from attnid.gated import GatedSpec, qwen3_next_spec
+    from attnid.families.gated import GatedSpec, qwen3_next_spec
 
     specs = []
     for gate in ("elementwise", "headwise"):
@@ -156,7 +156,7 @@ def output_gates(d_model: int) -> list[Any]:
 
 def gate_layout(d_model: int, heads: int, gate: str) -> Any:
     """Chapter 7b's figure: the standard layout of ``heads`` heads, ungated ('none') or with a gate of that kind."""
-    from attnid.gated import GatedSpec
+    from attnid.families.gated import GatedSpec
 
     base = AttentionSpec.create(d_model, heads)
     return base if gate == "none" else GatedSpec(base, gate)
@@ -164,7 +164,7 @@ def gate_layout(d_model: int, heads: int, gate: str) -> Any:
 
 def alibi(d_model: int) -> list[Any]:
     """Chapter 7b: ALiBi on MHA, GQA and MQA, bare and with biases, causal and bidirectional, a window, d_k > d."""
-    from attnid.alibi import AlibiSpec
+    from attnid.families.alibi import AlibiSpec
 
     layouts = [dict(heads=2, causal=True), dict(heads=4, bias="qkvo", causal=True),
                dict(heads=4, kv_heads=2, bias="qkv", causal=True), dict(heads=4, kv_heads=1, bias="kv", causal=True),
@@ -176,7 +176,7 @@ def alibi(d_model: int) -> list[Any]:
 def relative_bias(d_model: int) -> list[Any]:
     """Chapter 7b: T5-style relative bias tables on MHA, GQA and MQA, with and without biases, causal and not, a
     window, d_k > d; short inputs that leave buckets unseen and longer ones that reach them all."""
-    from attnid.relbias import RelativeBiasSpec
+    from attnid.families.relbias import RelativeBiasSpec
 
     layouts = [(dict(heads=2), 8, 12, 3), (dict(heads=2), 8, 12, 10), (dict(heads=2, causal=True), 8, 12, 4),
                (dict(heads=2, causal=True), 6, 9, 12), (dict(heads=4, kv_heads=2, bias="qkvo", causal=True), 8, 12, 6),
@@ -212,10 +212,10 @@ def ball_certificate_cases(max_d_model: int) -> list[tuple[str, str, Any, int]]:
     layouts and scaled structures with eps = 0 and 1, then every layout of chapters 2 to 7 up to
     ``max_d_model``, each at its chapter's seed and defaults (read from the chapter's parameters cell).
     """
-    from attnid.mla import MLASpec
+    from attnid.families.mla import MLASpec
 
-    from .paths import repo_root
-    from .provenance import notebook_parameters
+    from attnbook.paths import repo_root
+    from attnbook.provenance import notebook_parameters
 
     def defaults(chapter: str) -> dict[str, Any]:
         return notebook_parameters(repo_root() / "chapters" / chapter)

@@ -313,7 +313,7 @@ def print_book(source: Path, target: Path) -> PdfReport:
     the second prints them in the contents; the bookmarks are added to the second (pypdf), from the
     same entries. Chromium's own outline (its tagged mode) repeats some headings' titles twice.
     """
-    from .browser import _load_playwright, find_chromium  # noqa: PLC0415 (a browser only when printing)
+    from attnbook.browser import _load_playwright, find_chromium  # noqa: PLC0415 (a browser only when printing)
 
     sync_playwright = _load_playwright()
     target.parent.mkdir(parents=True, exist_ok=True)

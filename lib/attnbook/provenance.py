@@ -39,10 +39,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .codehash import LEGACY_RULE, RULE, exemption, file_hash
-from .codehash import loaded_dependencies as _loaded_dependencies
-from .paths import data_dir as default_data_dir
-from .paths import repo_root
+from attnbook.codehash import LEGACY_RULE, RULE, exemption, file_hash
+from attnbook.codehash import loaded_dependencies as _loaded_dependencies
+from attnbook.paths import data_dir as default_data_dir
+from attnbook.paths import repo_root
 
 NOT_A_DEPENDENCY = ("moves bytes: atomic writes and sidecars; the bytes it writes are checked against a fresh "
                     "serialisation of every committed data file by tests/test_provenance.py")

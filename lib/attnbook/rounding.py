@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .precision import MAX_SIGNIFICANT, SIGNIFICANT, glue, rounded
+from attnbook.precision import MAX_SIGNIFICANT, SIGNIFICANT, glue, rounded
 
 
 def _ends_in_five(value: float, digits: int) -> bool:

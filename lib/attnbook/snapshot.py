@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .provenance import write_bytes
+from attnbook.provenance import write_bytes
 
 NOT_A_DEPENDENCY = 'copies data/ aside and restores it: moves bytes'
 

@@ -63,7 +63,7 @@ DATA_DOWNLOADS = "_downloads/data"
 
 def data_download(app: Any, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
     """html-page-context handler: zip a notebook chapter's data files and link the zip at the page's end."""
-    from .downloads import chapter_data_files, write_zip  # noqa: PLC0415 (the build's own helpers)
+    from attnbook.downloads import chapter_data_files, write_zip  # noqa: PLC0415 (the build's own helpers)
 
     if doctree is None or "body" not in context or app.builder.name != "html":
         return

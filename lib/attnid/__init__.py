@@ -7,49 +7,34 @@
     y = attnid.forward(attnid.init_params(spec, attnid.generator(0)), x, spec)
     attnid.attention(q, k, v, causal=True)   # Triton kernels on CUDA, PyTorch reference elsewhere
 
-Modules, one line each:
+The engine lives at the top; families, Hugging Face models and training are sub-packages:
 
-``layout``     the Layout protocol every family's layout follows, the Family record, the one Count record
-``fields``     the field schema: one type, range and message per layout field, for every door
-``spec``       AttentionSpec (one validated layout of the multi-head family)
-``mha``        the multi-head family: AttentionSpec's count, layer, orbit and check under the protocol's names
-``families``   the list of families (each built from its module), and count / verify / ... of any layout
-``wrapped``    what a layout adding one feature to a multi-head layout shares: its fields, offset scores, check
-``gated``      output-gated attention (Qwen3-Next, gated attention): layout, layer, count, orbit, check
-``alibi``      ALiBi's fixed position biases (BLOOM, MPT): layout, layer, count, check
-``relbias``    T5's learned relative position bias: layout, bucket map, count per input length, check
-``nullity``    the numeric check of the families without certificates (the Jacobian's nullity at a point)
-``rope``       rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
-``normalise``  causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
+``layout``       the Layout protocol every family's layout follows, the Family record, the one Count record
+``fields``       the field schema: one type, range and message per layout field, for every door
+``spec``         AttentionSpec (one validated layout of the multi-head family)
+``rope``         rotary position embeddings, rotate-half: the one RoPE the layer and the kernels share
+``normalise``    causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
+``layer``        the reference attention layer: parameter shapes, random points, ``forward``
+``counts``       exact counts of unidentified parameters (``count``), QK-norm and sliding windows included
+``symmetry``     the symmetry group: moves, orbit tangent, conserved quantities, balancing
+``rank``         the rank-decision rule: the one place that decides which singular values are zero
+``jacobian``     Jacobians with respect to all parameters, and their rank without holding all of J
+``certify``      certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
+``structured``   the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers)
+``verification`` ``verify``: exact count next to the numeric nullity at a random point, memory estimates
+``ballcert``     rank proofs of the true Jacobian in ball arithmetic (python-flint): the rigorous certificate
+``nullity``      the numeric check of the families without certificates (the Jacobian's nullity at a point)
 ``continuation`` a QK-norm layer's scores at complex inputs: the branch points and poles of chapter 8's proof
-``layer``      the reference attention layer: parameter shapes, random points, ``forward``
-``counts``     exact counts of unidentified parameters (``count``), QK-norm and sliding windows included
-``symmetry``   the symmetry group: moves, orbit tangent, conserved quantities, balancing
-``rank``       the rank-decision rule: the one place that decides which singular values are zero
-``jacobian``   Jacobians with respect to all parameters, and their rank without holding all of J
-``certify``    certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
-``structured`` the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers)
-``verification`` exact count next to the numeric nullity at a random point (``verify``), memory estimates
-``ballcert``   rank proofs of the true Jacobian in ball arithmetic (python-flint): the rigorous certificate
-``checks``     the numeric checks the chapters run: grids of layouts, invariance, off-orbit change
-``symbolic``   exact rational checks with SymPy
-``toy``        chapter 1's warm-up models (a product of scalars, a factored linear map)
-``training``   training problems, invisible shares of updates, projection and balancing
-``textmodel``  a byte-level transformer on the pinned sympy source: the real-text experiment
-``stats``      paired comparisons over seeds (median difference, bootstrap interval) and chance shares
-``multitest``  exact paired signed-rank tests and Holm's correction
-``sweep``      a sweep's runs fanned out over local cores or a Dask cluster (joblib), results in task order
-``curvature``  Hessian of a training loss w.r.t. the attention layer, and its sharpness
-``mla``        multi-head latent attention (DeepSeek-V2/V3, Kimi K2), a package: spec, layer, count, symmetry, verify, hf
-``census``     published layouts (architectures.yaml) and their counts
-``hf``         cross-checks against ``transformers`` attention modules
-``hfconfig``   whole-model counts from a Hugging Face config.json (a registry of model_type -> mapper)
-``hfread``     the checked config reader, layer groups and the registry the mappers join
-``hfmodels``   the mappers of further model types
-``variants``   the unidentified share of each attention variant at one width (a registry; chapter 7b's figure)
-``runtime``    seeded random generators
-``cli``        the ``attnid`` command: count, verify, census
-``kernels``    Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference
+``checks``       the numeric checks the chapters run: grids of layouts, invariance, off-orbit change
+``symbolic``     exact rational checks with SymPy
+``toy``          chapter 1's warm-up models (a product of scalars, a factored linear map)
+``runtime``      seeded random generators
+``census``       published layouts (architectures.yaml) and their counts; ``census_file`` reads such files
+``cli``          the ``attnid`` command: count, verify, census
+``families``     one module per attention family (mha, gated, alibi, relbias, mla, ...) and dispatch on any layout
+``hf``           Hugging Face configs (``hf.config``) and cross-checks against transformers modules
+``train``        the training machinery of the experiments: problems, sweeps, the text model, statistics
+``kernels``      Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference
 
 The book's plumbing (provenance, devices, tables, chapter setup) is the separate package ``attnbook``.
 """
@@ -78,15 +63,15 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools and IDEs see; at run time __getattr__ imports on demand
-    from .counts import Count, count
-    from .jacobian import count_parameters, functional_rank, jacobian_matrix
-    from .kernels import attention, attention_jvp
-    from .layer import forward, init_params
-    from .layout import Layout
-    from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
-    from .runtime import generator
-    from .spec import AttentionSpec, Params
-    from .verification import Verification, verify
+    from attnid.counts import Count, count
+    from attnid.jacobian import count_parameters, functional_rank, jacobian_matrix
+    from attnid.kernels import attention, attention_jvp
+    from attnid.layer import forward, init_params
+    from attnid.layout import Layout
+    from attnid.rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
+    from attnid.runtime import generator
+    from attnid.spec import AttentionSpec, Params
+    from attnid.verification import Verification, verify
 
 
 def __getattr__(name: str) -> Any:

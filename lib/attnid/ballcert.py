@@ -28,7 +28,7 @@ eps > 0 (``certify`` refuses other positive values rather than certify them ill-
 Covered: ``AttentionSpec`` layouts (any heads and groups, biases, RoPE, QK-norm of every kind,
 softmax, sink or sigmoid, causal mask, window, chunks) and ``MLASpec`` (latent attention, with or
 without a query latent, with eps = 0 or 1 in its latent norms). The ball layers written here
-follow ``attnid.layer`` and ``attnid.mla``; ``forward_error`` and its tests compare them.
+follow ``attnid.layer`` and ``attnid.families.mla``; ``forward_error`` and its tests compare them.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 import torch
 from flint import arb, arb_mat, ctx
 
-from . import families
-from .jacobian import input_jacobian, unflatten
-from .mla import MLASpec
-from .spec import AttentionSpec
+from attnid import families
+from attnid.jacobian import input_jacobian, unflatten
+from attnid.families.mla import MLASpec
+from attnid.spec import AttentionSpec
 
 PRECISION_BITS = 128  # arb's working precision; balls of about 1e-38 relative width around float64 data
 Mat = list[list[arb]]  # a matrix as rows of balls, for the elementwise steps
@@ -248,7 +248,7 @@ def layer_jvp(params: dict[str, torch.Tensor], tangent: dict[str, torch.Tensor],
 
 def mla_jvp(params: dict[str, torch.Tensor], tangent: dict[str, torch.Tensor], x: torch.Tensor,
             spec: MLASpec) -> tuple[arb_mat, arb_mat]:
-    """(Y, dY) of ``attnid.mla.forward`` at exact float64 ``params`` and input ``x`` (n, d), in ball arithmetic."""
+    """(Y, dY) of ``attnid.families.mla.forward`` at exact float64 ``params`` and input ``x`` (n, d), in ball arithmetic."""
     dn, dr, n = spec.qk_nope_head_dim, spec.qk_rope_head_dim, x.shape[0]
     xb = _ball(x)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import families
-from .census_file import DEFAULT_CAUSAL, MAX_FILE_BYTES, SHIPPED, UNCOVERED, ModelEntry, load_layouts, parse_layout
-from .counts import Count, count
-from .spec import AttentionSpec
+from attnid import families
+from attnid.census_file import DEFAULT_CAUSAL, MAX_FILE_BYTES, SHIPPED, UNCOVERED, ModelEntry, load_layouts, parse_layout
+from attnid.counts import Count, count
+from attnid.spec import AttentionSpec
 
 __all__ = ["BIAS_COLUMNS", "CENSUS_COLUMNS", "DEFAULT_CAUSAL", "MAX_FILE_BYTES", "SHIPPED", "CensusRow", "ModelEntry",
            "bias_status", "bias_table", "census", "census_table", "load_layouts", "parse_layout", "plain_mha", "scaled_down"]
@@ -101,7 +101,7 @@ class CensusRow:
 
 
 def census(layouts: list[ModelEntry]) -> list[CensusRow]:
-    """One row per layout (multi-head latent attention counted by ``attnid.mla``, next to MHA of the same widths)."""
+    """One row per layout (multi-head latent attention counted by ``attnid.families.mla``, next to MHA of the same widths)."""
     return [CensusRow(lay, families.count(lay.layout), count(plain_mha(lay.spec)))
             for lay in layouts]
 

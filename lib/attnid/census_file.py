@@ -31,14 +31,14 @@ from typing import Any
 
 import yaml
 
-from .fields import FIELDS, rope_columns, shown_path
-from .alibi import AlibiSpec
-from .gated import GatedSpec
-from .layout import Layout
-from .mla import HF_LATENT_NORM_EPS, MLASpec
-from .relbias import T5_MAX_DISTANCE, RelativeBiasSpec
-from .normalise import NORMS
-from .spec import DEFAULT_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias
+from attnid.fields import FIELDS, rope_columns, shown_path
+from attnid.families.alibi import AlibiSpec
+from attnid.families.gated import GatedSpec
+from attnid.layout import Layout
+from attnid.families.mla import HF_LATENT_NORM_EPS, MLASpec
+from attnid.families.relbias import T5_MAX_DISTANCE, RelativeBiasSpec
+from attnid.normalise import NORMS
+from attnid.spec import DEFAULT_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
 # Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
@@ -50,14 +50,14 @@ OPTIONAL = ("name", "v_head_dim", "bias", "rope_fraction", "rope_base", "causal"
 DEFAULT_CAUSAL = True  # decoder models mask later tokens; encoders (BERT) set causal: false
 UNCOVERED = {
     "mla": ("not covered: multi-head latent attention without an `mla` block; give the block (kv_lora_rank, "
-            "q_lora_rank, qk_nope_head_dim, qk_rope_head_dim) and attnid.mla counts it"),
+            "q_lora_rank, qk_nope_head_dim, qk_rope_head_dim) and attnid.families.mla counts it"),
     "sliding_window": ("counted as covered: a sliding window the layout does not describe with the window field "
                        "(windows of 3 or more keys change no count, chapter 8)"),
     "logit_softcapping": ("not covered: the scores pass through c tanh(s / c) before the softmax (soft-capping), "
                           "which bends them; no theorem here covers it"),
 }
-RELATIVE_BIAS_KEYS = ("buckets", "max_distance", "every_layer")  # a relative_bias block (attnid.relbias)
-GATES = ("none", "elementwise", "headwise")  # output gates (attnid.gated): none, one per value coordinate, one per head
+RELATIVE_BIAS_KEYS = ("buckets", "max_distance", "every_layer")  # a relative_bias block (attnid.families.relbias)
+GATES = ("none", "elementwise", "headwise")  # output gates (attnid.families.gated): none, one per value coordinate, one per head
 
 MAX_FILE_BYTES = 2**20
 """Layout files larger than this are refused before parsing. The shipped file (20 models, with notes and sources) is
@@ -81,20 +81,20 @@ class ModelEntry:
     notes: str = ""
     source: str = ""
     transformers_check: dict[str, Any] = field(default_factory=dict)
-    mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.mla, ``spec`` is the same-width MHA
+    mla: MLASpec | None = None  # multi-head latent attention: counted by attnid.families.mla, ``spec`` is the same-width MHA
     masked_layers: int = 0
     """How many of the layers use ``spec``'s window or chunks; the others attend to every earlier token."""
-    gate: str = "none"  # an output gate (attnid.gated) on ``spec``'s heads: none, elementwise or headwise
+    gate: str = "none"  # an output gate (attnid.families.gated) on ``spec``'s heads: none, elementwise or headwise
     gate_bias: bool = False
-    alibi: bool = False  # ALiBi position biases on the scores (attnid.alibi; the layout has no RoPE)
+    alibi: bool = False  # ALiBi position biases on the scores (attnid.families.alibi; the layout has no RoPE)
     relative_bias: tuple[int, int, bool] | None = None
-    """T5's learned bucketed position bias (attnid.relbias): buckets, max_distance, and whether every layer has its
+    """T5's learned bucketed position bias (attnid.families.relbias): buckets, max_distance, and whether every layer has its
     own table (UMT5) or the first layer's serves all (T5, mT5)."""
 
     @property
     def layout(self) -> Layout:
         """The layout that is counted, of its own family: ``mla`` for latent attention, ``spec`` with its output
-        gate (``attnid.gated``), else ``spec``."""
+        gate (``attnid.families.gated``), else ``spec``."""
         if self.mla is not None:
             return self.mla
         if self.alibi:
@@ -488,7 +488,7 @@ def load_layouts(path: Path | str = SHIPPED) -> list[ModelEntry]:
 # ------------------------------------------------------------------------------------------------------------------
 # Multi-head latent attention (DeepSeek-V2/V3, Kimi K2). An entry gives the widths of the same-width multi-head layer
 # (heads = kv_heads, head_dim = qk_nope_head_dim + qk_rope_head_dim, v_head_dim) and an ``mla`` block with the latent
-# widths; attnid.mla counts it. The plain-MHA column compares with that same-width layer.
+# widths; attnid.families.mla counts it. The plain-MHA column compares with that same-width layer.
 
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "norm_eps")
 MLA_REQUIRED = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim")

@@ -93,8 +93,8 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from .jacobian import Mode, Model, count_parameters, input_jacobian
-from .rank import (
+from attnid.jacobian import Mode, Model, count_parameters, input_jacobian
+from attnid.rank import (
     DEFAULT_MIN_GAP,
     DEFAULT_ZERO_TOL,
     FLOAT32_UNIT_ROUNDOFF,
@@ -105,7 +105,7 @@ from .rank import (
     RankDecision,
     VerifiedBounds,
 )
-from .spec import Params
+from attnid.spec import Params
 
 POWER_STEPS = 100
 INVERSE_STEPS = 30

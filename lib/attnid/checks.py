@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import symmetry as sym
-from .jacobian import flatten, unflatten
-from .layer import forward, init_params
-from .runtime import generator
-from .spec import AttentionSpec
-from .verification import numeric_rank, verify
+from attnid import symmetry as sym
+from attnid.jacobian import flatten, unflatten
+from attnid.layer import forward, init_params
+from attnid.runtime import generator
+from attnid.spec import AttentionSpec
+from attnid.verification import numeric_rank, verify
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class WeakSpectrum:
 def weak_spectrum(spec: AttentionSpec, *, seed: int = 0, seq_len: int | None = None,
                   device: torch.device | str = "cpu") -> WeakSpectrum:
     """The spectrum around the weakly identified directions at ``verify``'s point and inputs (SVD route)."""
-    from .counts import count
+    from attnid.counts import count
 
     c = count(spec)
     if c.unidentified is None or not c.weakly_identified:

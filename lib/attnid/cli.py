@@ -1,7 +1,7 @@
 """Command line: ``attnid count``, ``attnid verify`` and ``attnid census`` (also ``python -m attnid``).
 
 ``attnid count --config PATH`` counts a whole model from its Hugging Face config.json (a file or
-a folder holding one, read offline; ``attnid.hfconfig``): per layer type and for all layers.
+a folder holding one, read offline; ``attnid.hf.config``): per layer type and for all layers.
 
 Exit codes:
 
@@ -32,18 +32,18 @@ from typing import Any, NoReturn
 
 import torch
 
-from . import families, nullity
-from .counts import Count
-from .alibi import AlibiSpec
-from .fields import FIELDS, MAX_WIDTH
-from .fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
-from .gated import GATES, GatedSpec
-from .layout import Layout
-from .nullity import FamilyCheck
-from .relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
-from .runtime import MAX_SEED
-from .spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
-from .verification import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
+from attnid import families, nullity
+from attnid.counts import Count
+from attnid.families.alibi import AlibiSpec
+from attnid.fields import FIELDS, MAX_WIDTH
+from attnid.fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
+from attnid.families.gated import GATES, GatedSpec
+from attnid.layout import Layout
+from attnid.nullity import FamilyCheck
+from attnid.families.relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
+from attnid.runtime import MAX_SEED
+from attnid.spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
+from attnid.verification import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
                      estimate_resources, format_bytes, verify)
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
@@ -277,7 +277,7 @@ def _census_lines(rows: list) -> list[str]:
 
 
 def run_census(args: argparse.Namespace) -> int:
-    from .census import SHIPPED, census, load_layouts
+    from attnid.census import SHIPPED, census, load_layouts
 
     layouts = load_layouts(args.file or SHIPPED)
     if args.model:
@@ -394,7 +394,7 @@ def _config_lines(m: Any) -> list[str]:
 
 
 def run_config_count(args: argparse.Namespace) -> int:
-    from .hfconfig import model_count
+    from attnid.hf.config import model_count
 
     result = model_count(args.config)
     print(json.dumps(result.record()) if args.json else "\n".join(_config_lines(result)))

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .layer import check_params, project
-from .rope import apply_rope
-from .spec import AttentionSpec
+from attnid.layer import check_params, project
+from attnid.rope import apply_rope
+from attnid.spec import AttentionSpec
 
 Params = dict[str, torch.Tensor]
 

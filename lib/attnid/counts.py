@@ -53,8 +53,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import Count
-from .spec import AttentionSpec
+from attnid.layout import Count
+from attnid.spec import AttentionSpec
 
 __all__ = ["Count", "FactoredCount", "count"]  # Count lives in attnid.layout: one record for every family
 

@@ -122,7 +122,7 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("rope_fraction", "real", 0.0, 1.0),
     Field("rope_base", "real", MIN_ROPE_BASE, MAX_ROPE_BASE),
     Field("qk_norm_eps", "real", 0.0, MAX_NORM_EPS),
-    # multi-head latent attention (attnid.mla)
+    # multi-head latent attention (attnid.families.mla)
     _int("kv_lora_rank"), _int("q_lora_rank"), _int("qk_nope_head_dim"), _int("qk_rope_head_dim", low=0, even=True),
     Field("norm_eps", "real", 0.0, MAX_NORM_EPS),
 )}

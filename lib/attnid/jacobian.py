@@ -15,8 +15,8 @@ import torch
 from torch.func import jacfwd, jacrev
 from tqdm import tqdm
 
-from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
-from .spec import Params
+from attnid.rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, RankDecision, decide_rank
+from attnid.spec import Params
 
 Model = Callable[[Params, torch.Tensor], torch.Tensor]
 Mode = Literal["auto", "forward", "reverse"]

@@ -23,9 +23,9 @@ import math
 
 import torch
 
-from .normalise import attention_weights, rms_normalise
-from .rope import apply_rope
-from .spec import AttentionSpec, Params
+from attnid.normalise import attention_weights, rms_normalise
+from attnid.rope import apply_rope
+from attnid.spec import AttentionSpec, Params
 
 
 def parameter_shapes(spec: AttentionSpec) -> dict[str, tuple[int, ...]]:
@@ -136,7 +136,7 @@ def forward(params: Params, x: torch.Tensor, spec: AttentionSpec, backend: str =
 
 def _attention_kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: Params, spec: AttentionSpec) -> torch.Tensor:
     """The per-head mixtures A_h V_g(h), shape (..., H, n, d_v), from attnid.kernels."""
-    from .kernels import attention
+    from attnid.kernels import attention
 
     if spec.norm == "sigmoid":
         raise ValueError("backend='kernels' computes softmax attention (with or without a sink), not sigmoid")

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from .jacobian import RankAccumulator, count_parameters, input_jacobian
-from .layout import Params
-from .rank import RankDecision, numerical_rank
+from attnid.jacobian import RankAccumulator, count_parameters, input_jacobian
+from attnid.layout import Params
+from attnid.rank import RankDecision, numerical_rank
 
 Layer = Callable[[Params, torch.Tensor], torch.Tensor]
 

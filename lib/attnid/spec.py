@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .fields import MAX_NORM_EPS, check, rope_columns
-from .layout import Params  # noqa: F401 (a point in parameter space: named tensors; re-exported)
-from .normalise import NORMS
+from attnid.fields import MAX_NORM_EPS, check, rope_columns
+from attnid.layout import Params  # noqa: F401 (a point in parameter space: named tensors; re-exported)
+from attnid.normalise import NORMS
 
 Norm = Literal["softmax", "sink", "sigmoid"]
 QKNorm = Literal["none", "shared", "per-head", "full", "unweighted"]

@@ -88,13 +88,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .layer import parameter_shapes
-from .normalise import attention_weights
-from .rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, GRAM_FLOOR, RankDecision, numerical_rank
-from .rope import apply_rope, rope_tables
-from .spec import AttentionSpec, Params
-from .symmetry import labelled_tangent_directions
-from .jacobian import flatten
+from attnid.layer import parameter_shapes
+from attnid.normalise import attention_weights
+from attnid.rank import DEFAULT_MIN_GAP, DEFAULT_ZERO_TOL, GRAM_FLOOR, RankDecision, numerical_rank
+from attnid.rope import apply_rope, rope_tables
+from attnid.spec import AttentionSpec, Params
+from attnid.symmetry import labelled_tangent_directions
+from attnid.jacobian import flatten
 
 POWER_STEPS = 10
 # Inputs for each attempt, as multiples of verify's first batch: the Gram matrix of more inputs costs little more.

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .counts import sink_corner_trade
-from .jacobian import flatten
-from .layer import check_params
-from .rank import COMMUTANT_TOL, DEFAULT_ZERO_TOL, is_invertible, numerical_rank
-from .spec import AttentionSpec, Params
+from attnid.counts import sink_corner_trade
+from attnid.jacobian import flatten
+from attnid.layer import check_params
+from attnid.rank import COMMUTANT_TOL, DEFAULT_ZERO_TOL, is_invertible, numerical_rank
+from attnid.spec import AttentionSpec, Params
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .counts import FactoredCount
-from .spec import Params
+from attnid.counts import FactoredCount
+from attnid.spec import Params
 
 __all__ = ["FactoredCount", "factored_linear", "product", "random_factored_params", "random_inputs"]
 

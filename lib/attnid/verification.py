@@ -23,15 +23,15 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from . import structured
-from .certify import JacobianError, certify_nullity, jacobian_error_estimate
-from .counts import Count, count, sink_corner_trade
-from .jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
-from .layer import forward, init_params
-from .rank import RankDecision, counts_as_zero
-from .runtime import generator
-from .spec import AttentionSpec, Params
-from .symmetry import orbit_tangent
+from attnid import structured
+from attnid.certify import JacobianError, certify_nullity, jacobian_error_estimate
+from attnid.counts import Count, count, sink_corner_trade
+from attnid.jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
+from attnid.layer import forward, init_params
+from attnid.rank import RankDecision, counts_as_zero
+from attnid.runtime import generator
+from attnid.spec import AttentionSpec, Params
+from attnid.symmetry import orbit_tangent
 
 MIN_SEQ_LEN = 2
 MIN_CAUSAL_ROPE_SEQ_LEN = 3  # chapter 6: with a causal mask, RoPE needs two offsets one apart

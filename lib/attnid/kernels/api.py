@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..fields import check, rope_columns
-from .settings import CallSettings
-from .reference import reference_attention
+from attnid.fields import check, rope_columns
+from attnid.kernels.settings import CallSettings
+from attnid.kernels.reference import reference_attention
 
 BACKENDS = ("auto", "triton", "reference")
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -112,7 +112,7 @@ def choose_backend(backend: str, q: torch.Tensor, v: torch.Tensor) -> str:
 
 def _flash():
     """The kernel module, imported on first use so that TRITON_INTERPRET is read as late as possible."""
-    from . import flash
+    from attnid.kernels import flash
 
     if not flash.INTERPRETED and not torch.cuda.is_available():
         raise RuntimeError("attnid.kernels.flash was imported without TRITON_INTERPRET=1 on a machine without CUDA")

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import flash
-from .api import attention, attention_jvp
+from attnid.kernels import flash
+from attnid.kernels.api import attention, attention_jvp
 
 TOL = 2e-5
 CHECK_TILE = 16  # tile size of the float32 checks: short sequences then span several tiles

@@ -22,8 +22,8 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from ..rope import rope_tables as reference_tables
-from .settings import CallSettings
+from attnid.rope import rope_tables as reference_tables
+from attnid.kernels.settings import CallSettings
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
 # log2(e): the kernels work in base 2 (exp2, log2), so scores and logits are scaled by it.

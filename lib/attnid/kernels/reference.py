@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..normalise import attention_weights
-from ..rope import apply_rope
+from attnid.normalise import attention_weights
+from attnid.rope import apply_rope
 
 
 def reference_attention(

@@ -1,0 +1,551 @@
+"""``config.json`` mappers for further model types, registered in ``attnid.hf.read``'s registry.
+
+Each mapper reads the fields its model type's attention uses (named in its docstring, with the
+transformers module or the published modelling code it follows) and withholds a count, with a
+one-line reason, where the attention has a feature no theorem of the book covers: a
+LayerNorm or clipping on the queries and keys, linear attention, cross-attention.
+Mixture-of-experts routing fields never change an attention layer and are read silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from attnid.families.alibi import AlibiSpec
+from attnid.counts import count
+from attnid.families.gated import GatedSpec
+from attnid.hf.read import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
+                     _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
+                     rope_fraction, rope_layers)
+from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
+
+QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
+                "RMSNorm of chapter 7b; its known moves give only a lower bound (chapter 7b, prop-qk-layernorm-moves)")
+CLIP_QKV = "not covered: clip_qkv clamps the queries, keys and values, which bends the layer off the theory"
+
+
+def _clipped(cfg: Config, groups: list[LayerGroup], name: str = "clip_qkv") -> list[LayerGroup]:
+    clip = cfg.value(name, None)
+    return [_uncover(g, f"{CLIP_QKV} (clip_qkv {_shown(clip)})") for g in groups] if clip is not None else groups
+
+
+def _all_or_sliding(cfg: Config) -> list[str]:
+    """Every layer sliding when the config gives a sliding window (Mistral style), else every layer full."""
+    n = cfg.layers()
+    window = cfg.value("sliding_window", None)
+    return layer_kinds(cfg, n, lambda i: "full_attention" if window is None else "sliding_attention")
+
+
+def map_mixtral(cfg: Config) -> list[LayerGroup]:
+    """Mixtral: Mistral's attention (GQA, RoPE, no biases, an optional sliding window on every layer)."""
+    return _decoder(cfg, bias="none", kinds=_all_or_sliding(cfg))
+
+
+def map_qwen2_moe(cfg: Config) -> list[LayerGroup]:
+    """Qwen1.5/2-MoE: Qwen2's attention (biases on q, k, v from qkv_bias, default true)."""
+    bias = "qkv" if cfg.flag("qkv_bias", True) else "none"
+    return _decoder(cfg, bias=bias, kinds=_qwen_kinds(cfg, cfg.layers()))
+
+
+def map_qwen3_moe(cfg: Config) -> list[LayerGroup]:
+    """Qwen3-MoE: Qwen3's attention (shared QK-norm, head_dim 128 unless given, biases from attention_bias)."""
+    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", head_dim_default=128,
+                    kinds=_qwen_kinds(cfg, cfg.layers()))
+
+
+def map_phi3(cfg: Config) -> list[LayerGroup]:
+    """Phi-3/Phi-4-mini: fused qkv without biases, partial RoPE (partial_rotary_factor), a window on every layer."""
+    cfg.mark_read("original_max_position_embeddings")  # the context length of a longrope scaling (rope_scaling)
+    if cfg.flag("attention_bias", False):
+        cfg.ignore("attention_bias", "true, but transformers' Phi-3 attention has no biases: counted without them")
+    return _decoder(cfg, bias="none", fraction=rope_fraction(cfg, 1.0), kinds=_all_or_sliding(cfg))
+
+
+def map_gpt_bigcode(cfg: Config) -> list[LayerGroup]:
+    """StarCoder/SantaCoder (GPTBigCode): multi-query (multi_query) attention, biases everywhere, learned positions."""
+    d = cfg.integer("n_embd", None, "hidden_size")
+    h = cfg.integer("n_head", None, "num_attention_heads")
+    n = cfg.layers()
+    kv = 1 if cfg.flag("multi_query", True) else h
+    cfg.mark_read("num_key_value_heads")  # transformers derives it from multi_query
+    if not cfg.flag("scale_attn_weights", True):
+        cfg.ignore("scale_attn_weights", "false: the scores are not divided by sqrt(head_dim), a constant factor "
+                   "no count depends on")
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias="qkvo", causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec), *_cross_attention(cfg, n)]
+
+
+def map_gptj(cfg: Config) -> list[LayerGroup]:
+    """GPT-J: multi-head attention without biases, rotary on the first rotary_dim entries of each head.
+
+    GPT-J rotates interleaved pairs (2i, 2i + 1), a fixed permutation of attnid's rotate-half pairs
+    (no count depends on it), with base 10000.
+    """
+    d = cfg.integer("n_embd", None, "hidden_size")
+    h = cfg.integer("n_head", None, "num_attention_heads")
+    n = cfg.layers()
+    head = d // h
+    rotary = cfg.integer("rotary_dim", head) if cfg.flag("rotary", True) else 0
+    cfg.mark_read("rotary_dim", "scale_attn_weights")  # GPT-J always divides the scores by sqrt(head_dim)
+    if rotary > head:
+        raise cfg._fail("rotary_dim", f"{rotary} is more than the head width {head}")
+    spec = _spec(cfg, d_model=d, heads=h, rope_fraction=rotary / head, rope_base=10000.0, causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec)]
+
+
+def map_granite(cfg: Config) -> list[LayerGroup]:
+    """Granite and Granite-MoE: Llama's attention with the score scale attention_multiplier (a constant)."""
+    cfg.mark_read("logits_scaling", "embedding_multiplier", "residual_multiplier")  # outside the attention layer
+    if cfg.has("attention_multiplier"):
+        cfg.ignore("attention_multiplier", "the scores are scaled by attention_multiplier instead of head_dim^-1/2: "
+                   "a constant factor, which no count depends on")
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
+def map_internlm(cfg: Config) -> list[LayerGroup]:
+    """InternLM (v1): multi-head attention with RoPE, biases on q, k, v, o from bias (default true)."""
+    rotary = cfg.value("rotary", None)
+    if isinstance(rotary, dict):
+        if rotary.get("type", "origin") not in ("origin", "default"):
+            cfg.ignore("rotary", "a dynamic RoPE scaling changes the frequencies with the length; the counts need "
+                       "only that they stay distinct")
+        base = rotary.get("base", 10000.0)
+        return _decoder(cfg, bias=_bias_all(cfg, "bias", True), base_default=float(base))
+    return _decoder(cfg, bias=_bias_all(cfg, "bias", True))
+
+
+def map_internlm2(cfg: Config) -> list[LayerGroup]:
+    """InternLM2/2.5: GQA with RoPE, a fused wqkv and wo, both with a bias when bias is true (default false)."""
+    return _decoder(cfg, bias=_bias_all(cfg, "bias", False))
+
+
+def map_internlm3(cfg: Config) -> list[LayerGroup]:
+    """InternLM3: GQA with RoPE, head_dim given, biases on q, k, v from qkv_bias and on o from bias."""
+    bias = ("qkv" if cfg.flag("qkv_bias", False) else "") + ("o" if cfg.flag("bias", False) else "")
+    cfg.mark_read("attention_bias")
+    return _decoder(cfg, bias=bias or "none")
+
+
+def map_chatglm(cfg: Config) -> list[LayerGroup]:
+    """ChatGLM2/3 and GLM-4 (the chatglm code): grouped heads, RoPE on half of each head, base 10000 rope_ratio.
+
+    Reads hidden_size, num_attention_heads, kv_channels (the head width), multi_query_attention and
+    multi_query_group_num (the key/value heads), add_qkv_bias, add_bias_linear (the output bias),
+    num_layers, rope_ratio. Pairs are interleaved, a fixed permutation of attnid's (no count depends on it).
+    """
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_attention_heads")
+    n = cfg.layers()
+    dk = cfg.integer("kv_channels", d // h)
+    kv = cfg.integer("multi_query_group_num", 1) if cfg.flag("multi_query_attention", False) else h
+    bias = ("qkv" if cfg.flag("add_qkv_bias", False) else "") + ("o" if cfg.flag("add_bias_linear", False) else "")
+    base = 10000.0 * cfg.number("rope_ratio", 1.0)
+    # not the attention layer: its norms, residual layout and fused kernels
+    cfg.mark_read("original_rope", "rmsnorm", "post_layer_norm", "layernorm_epsilon", "apply_residual_connection_post_layernorm")
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias or "none",
+                 rope_fraction=0.5, rope_base=base, causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec)]
+
+
+def map_qwen(cfg: Config) -> list[LayerGroup]:
+    """Qwen (v1): multi-head attention, biases on q, k, v (c_attn) and on o unless no_bias, RoPE on rotary_pct.
+
+    use_logn_attn multiplies the queries beyond seq_length by log_{seq_length}(position), one factor
+    per row of scores, 1 up to seq_length: every move commutes with it and no count depends on it.
+    use_dynamic_ntk raises the RoPE base beyond seq_length: the frequencies stay distinct.
+    """
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_attention_heads")
+    n = cfg.layers()
+    dk = cfg.integer("kv_channels", d // h)
+    for name, why in (("use_logn_attn", "scales the queries beyond seq_length by a factor per position; every move "
+                                        "commutes with it"),
+                      ("use_dynamic_ntk", "raises the RoPE base beyond seq_length; the frequencies stay distinct")):
+        if cfg.flag(name, False):
+            cfg.ignore(name, why)
+    fraction = rope_fraction(cfg, 1.0, "rotary_pct")
+    base = rope_base(cfg, 10000.0, None, "rotary_emb_base")
+    bias = "qkv" if cfg.flag("no_bias", True) else "qkvo"
+    cfg.mark_read("scale_attn_weights", "seq_length")
+    spec = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, bias=bias, rope_fraction=fraction,
+                 rope_base=base, causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec)]
+
+
+def map_stablelm(cfg: Config) -> list[LayerGroup]:
+    """StableLM (stablelm and stablelm_epoch): GQA, partial RoPE (0.25 unless given), q/k/v biases per use_qkv_bias;
+    qk_layernorm (StableLM 2 12B: a LayerNorm per head) is not covered."""
+    fraction = rope_fraction(cfg, 0.25, "rope_pct")
+    bias = "qkv" if cfg.flag("use_qkv_bias", False) else "none"
+    base = rope_base(cfg, 10000.0, None, "rotary_emb_base")
+    groups = _decoder(cfg, bias=bias, fraction=fraction, base_default=base)
+    _same_as(cfg, "num_heads", "num_attention_heads")
+    if cfg.number("rotary_scaling_factor", 1.0) != 1.0:
+        cfg.ignore("rotary_scaling_factor", "a RoPE scaling: the frequencies stay distinct, which is all the counts need")
+    return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", False) else groups
+
+
+def map_starcoder2(cfg: Config) -> list[LayerGroup]:
+    """StarCoder2: GQA with RoPE, biases on every projection per use_bias, a sliding window on every layer when given."""
+    return _decoder(cfg, bias=_bias_all(cfg, "use_bias", True), kinds=_all_or_sliding(cfg))
+
+
+def map_olmo(cfg: Config) -> list[LayerGroup]:
+    """OLMo (v1): Llama-like attention; clip_qkv (when set) is not covered."""
+    return _clipped(cfg, _decoder(cfg, bias=_bias_all(cfg)))
+
+
+def map_olmoe(cfg: Config) -> list[LayerGroup]:
+    """OLMoE: a QK-norm over the whole projection width (as OLMo-2), eps rms_norm_eps; clip_qkv not covered."""
+    return _clipped(cfg, _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-5))
+
+
+def map_glm(cfg: Config) -> list[LayerGroup]:
+    """GLM-4 (glm, glm4): GQA, RoPE on partial_rotary_factor (0.5) of each head, biases on q, k, v per attention_bias."""
+    bias = "qkv" if cfg.flag("attention_bias", True) else "none"
+    return _decoder(cfg, bias=bias, fraction=rope_fraction(cfg, 0.5))
+
+
+def map_glm4_moe(cfg: Config) -> list[LayerGroup]:
+    """GLM-4.5/4.6/4.7 (glm4_moe): GQA, partial RoPE (0.5), q/k/v biases per attention_bias, a shared QK-norm per
+    use_qk_norm; the multi-token-prediction layers (num_nextn_predict_layers) are not among num_hidden_layers."""
+    bias = "qkv" if cfg.flag("attention_bias", False) else "none"
+    qk_norm = "shared" if cfg.flag("use_qk_norm", False) else "none"
+    return _decoder(cfg, bias=bias, fraction=rope_fraction(cfg, 0.5), qk_norm=qk_norm, eps_default=1e-5)
+
+
+def map_exaone(cfg: Config) -> list[LayerGroup]:
+    """EXAONE 3/3.5: Llama-like GQA with RoPE, biases per attention_bias (num_layers is the layer count)."""
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
+def map_exaone4(cfg: Config) -> list[LayerGroup]:
+    """EXAONE 4: a shared QK-norm; sliding layers with RoPE, the full layers without it when a window is given."""
+    n = cfg.layers()
+    window = cfg.value("sliding_window", None)
+    kinds = layer_kinds(cfg, n, _exaone4_pattern(cfg) if window is not None else lambda i: "full_attention")
+    no_rope = ("full_attention",) if window is not None else ()
+    return _decoder(cfg, bias="none", qk_norm="shared", eps_default=1e-5, kinds=kinds, no_rope=no_rope)
+
+
+def _exaone4_pattern(cfg: Config) -> Any:
+    """Layer i's type from sliding_window_pattern: a period (every pattern-th layer full) or letters ('LLLG')."""
+    pattern = cfg.value("sliding_window_pattern", 4)
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return lambda i: "sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention"
+    period = cfg.integer("sliding_window_pattern", 4)
+    return lambda i: "full_attention" if (i + 1) % period == 0 else "sliding_attention"
+
+
+def map_nemotron(cfg: Config) -> list[LayerGroup]:
+    """Nemotron (3, 4, Minitron): GQA, partial RoPE (0.5), biases on every projection per attention_bias;
+    kv_channels, where given, must equal head_dim (transformers reads head_dim)."""
+    groups = _decoder(cfg, bias=_bias_all(cfg), fraction=rope_fraction(cfg, 0.5))
+    _same_as(cfg, "kv_channels", "head_dim")
+    return groups
+
+
+def _same_as(cfg: Config, alias: str, name: str) -> None:
+    """A duplicate field (an older name of ``name``): read, and refused when it disagrees."""
+    if cfg.has(alias) and cfg.has(name) and cfg.value(alias) != cfg.value(name):
+        raise cfg._fail(alias, f"is {_shown(cfg.value(alias))} but {name} is {_shown(cfg.value(name))}")
+    cfg.mark_read(alias)
+
+
+def map_cohere(cfg: Config) -> list[LayerGroup]:
+    """Command R (cohere): GQA with RoPE, biases per attention_bias; use_qk_norm (a LayerNorm) is not covered."""
+    groups = _decoder(cfg, bias=_bias_all(cfg))
+    cfg.mark_read("logit_scale")
+    return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("use_qk_norm", False) else groups
+
+
+def map_cohere2(cfg: Config) -> list[LayerGroup]:
+    """Command R7B / A (cohere2): sliding layers with RoPE and full layers without it (sliding_window_pattern)."""
+    n = cfg.layers()
+    pattern = cfg.integer("sliding_window_pattern", 4)
+    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % pattern == 0 else "sliding_attention")
+    order = cfg.value("order_of_interleaved_layers", "local_attn_first")
+    if order != "local_attn_first":
+        raise cfg._fail("order_of_interleaved_layers", f"is {_shown(order)}; only local_attn_first is read")
+    positions = cfg.value("position_embedding_type", "rope_gptj")
+    if positions not in ("rope_gptj", "rope"):  # interleaved or rotate-half pairs: a permutation, no count changes
+        raise cfg._fail("position_embedding_type", f"is {_shown(positions)}, not a rotary embedding")
+    cfg.mark_read("logit_scale")
+    return _decoder(cfg, bias=_bias_all(cfg), kinds=kinds, no_rope=("full_attention",),
+                    fraction=rope_fraction(cfg, 1.0, "rotary_pct"))
+
+
+def map_persimmon(cfg: Config) -> list[LayerGroup]:
+    """Persimmon and Fuyu's language model: MHA, partial RoPE (0.5), biases everywhere; qk_layernorm not covered."""
+    groups = _decoder(cfg, bias="qkvo", fraction=rope_fraction(cfg, 0.5))
+    return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", True) else groups
+
+
+def map_jamba(cfg: Config) -> list[LayerGroup]:
+    """Jamba: attention layers every attn_layer_period layers from attn_layer_offset (GQA, no RoPE, no biases);
+    the Mamba layers are not attention and are not counted."""
+    d, h, kv, dk = _heads(cfg)
+    n = cfg.layers()
+    period = cfg.integer("attn_layer_period", 8)
+    offset = cfg.value("attn_layer_offset", 4)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
+        raise cfg._fail("attn_layer_offset", f"must be an integer from 0 to attn_layer_period - 1, got {_shown(offset)}")
+    kinds = ["full_attention" if i % period == offset else "mamba" for i in range(n)]
+    cfg.mark_read(*(k for k in cfg.raw if k.startswith("mamba_")))  # the Mamba layers' settings
+
+    def make(kind: str) -> LayerGroup | Any:
+        if kind == "mamba":
+            return LayerGroup.not_counted("mamba", 1, "a Mamba (state-space) layer, not attention")
+        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, causal=True)
+
+    return group_layers(kinds, make)
+
+
+def map_bloom(cfg: Config) -> list[LayerGroup]:
+    """BLOOM: multi-head attention with biases everywhere and ALiBi (``attnid.families.alibi``)."""
+    d = cfg.integer("hidden_size", None, "n_embed")
+    h = cfg.integer("n_head", None, "num_attention_heads")
+    n = cfg.layers()
+    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
+    cfg.mark_read("skip_bias_add", "skip_bias_add_qkv", "offset_alibi", "slow_but_exact")  # Megatron-DeepSpeed switches
+    return [LayerGroup.from_layout("full_attention", n, AlibiSpec(spec))]
+
+
+def _mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
+    """(d_model, n_heads, n_layers, attn_config) of MosaicML's configurations (MPT, DBRX)."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("n_heads", None, "num_attention_heads")
+    n = cfg.integer("n_layers", None, "num_hidden_layers")
+    attn = cfg.value("attn_config", {})
+    if not isinstance(attn, dict):
+        raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
+    return d, h, n, attn
+
+
+def map_mpt(cfg: Config) -> list[LayerGroup]:
+    """MPT: multi-head attention, no biases (no_bias), ALiBi (``attnid.families.alibi``) or learned positions (attn_config);
+    clip_qkv and qk_ln are not covered."""
+    d, h, n, attn = _mosaic(cfg)
+    kind = attn.get("attn_type", "multihead_attention")
+    if kind not in ("multihead_attention", "multiquery_attention", "grouped_query_attention"):
+        raise ValueError(f"{cfg.where}: attn_config.attn_type {_shown(kind)} is not an attention this tool reads")
+    kv = {"multihead_attention": h, "multiquery_attention": 1}.get(kind, attn.get("kv_n_heads", h))
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias="none" if cfg.flag("no_bias", True) else "qkvo",
+                 causal=not attn.get("prefix_lm", False))
+    note = (CLIP_QKV if attn.get("clip_qkv") is not None else QK_LAYERNORM if attn.get("qk_ln", False) else "")
+    cfg.mark_read("learned_pos_emb", "max_seq_len", "norm_type")
+    layout = AlibiSpec(spec) if attn.get("alibi", False) else spec
+    return [LayerGroup.from_layout("full_attention", n, layout, note=note)]
+
+
+def map_t5(cfg: Config) -> list[LayerGroup]:
+    """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
+    layer): encoder and decoder self-attention (``attnid.families.relbias``), counted at inputs long enough to reach every
+    bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
+    uses another layer's table sees it as fixed offsets, which change no count (chapter 7b)."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("num_heads", None, "num_attention_heads")
+    dk = cfg.integer("d_kv", d // h)
+    encoder = cfg.integer("num_layers", None, "num_hidden_layers")
+    decoder = cfg.integer("num_decoder_layers", encoder)
+    buckets = cfg.integer("relative_attention_num_buckets", T5_BUCKETS)
+    distance = cfg.integer("relative_attention_max_distance", T5_MAX_DISTANCE)
+    per_layer = cfg.value("model_type") == "umt5"
+    cfg.mark_read("is_decoder", "scale_decoder_outputs")
+    groups = []
+    for kind, layers, causal in (("encoder_self_attention", encoder, False), ("decoder_self_attention", decoder, True)):
+        spec = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, causal=causal)
+        try:
+            table = RelativeBiasSpec(spec, buckets, distance)
+        except ValueError as exc:
+            raise ValueError(f"{cfg.where}: {exc}") from None
+        if per_layer:
+            groups.append(LayerGroup.from_layout(kind, layers, table))
+            continue
+        groups.append(LayerGroup.from_layout(f"{kind}_with_table", 1, table))
+        if layers > 1:
+            shared = replace(count(spec), note="adds the first layer's relative-bias table, fixed offsets for this layer")
+            groups.append(LayerGroup.from_count(kind, layers - 1, shared))
+    groups.append(LayerGroup.not_counted("cross_attention", decoder, "cross-attention to the encoder's output: its "
+                                                                     "keys and values come from another sequence"))
+    return groups
+
+
+def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
+    """Qwen3-Next: full-attention layers with an elementwise output gate (``attnid.families.gated``), a shared QK-norm and
+    partial RoPE; the linear-attention (Gated DeltaNet) layers are outside softmax attention and not counted."""
+    d, h, kv, dk = _heads(cfg, 256)
+    n = cfg.layers()
+    interval = cfg.integer("full_attention_interval", 4)
+    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
+    fraction = rope_fraction(cfg, 0.25)
+    eps = cfg.number("rms_norm_eps", 1e-6)
+    bias = cfg.flag("attention_bias", False)
+    base = rope_base(cfg, 10000.0)
+    if cfg.flag("use_sliding_window", False):
+        raise cfg._fail("use_sliding_window", "is true, but Qwen3-Next's full-attention layers have no window")
+    linear = {k: cfg.value(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim")}
+
+    def make(kind: str) -> LayerGroup | Any:
+        if kind == "linear_attention":
+            return LayerGroup.not_counted("linear_attention", 1, "Gated DeltaNet linear attention (" + ", ".join(
+                f"{k} {_shown(v)}" for k, v in linear.items() if v is not None) + "), outside softmax attention")
+        if kind not in LAYER_KINDS:
+            return _unknown_kind(kind)
+        base_spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk,
+                          bias="qkvo" if bias else "none", rope_fraction=fraction, rope_base=base, causal=True,
+                          qk_norm="shared", qk_norm_eps=eps, window=_window(cfg, kind))
+        return LayerGroup.from_layout(kind, 1, GatedSpec(base_spec, "elementwise", gate_bias=bias))
+
+    return group_layers(kinds, make)
+
+
+def map_opt(cfg: Config) -> list[LayerGroup]:
+    """OPT: multi-head attention with learned positions, biases on every projection per enable_bias (default true)."""
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_attention_heads")
+    n = cfg.layers()
+    cfg.mark_read("do_layer_norm_before", "_remove_final_layer_norm", "layer_norm_elementwise_affine")
+    spec = _spec(cfg, d_model=d, heads=h, bias=_bias_all(cfg, "enable_bias", True), causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec)]
+
+
+def map_gpt_neo(cfg: Config) -> list[LayerGroup]:
+    """GPT-Neo: global and local (window_size keys) layers per attention_layers, learned positions, a bias on the output
+    projection only, and no score scaling (a constant factor no count depends on)."""
+    d = cfg.integer("hidden_size")
+    h = cfg.integer("num_heads", None, "num_attention_heads")
+    n = cfg.layers()
+    types = cfg.value("attention_layers", None)
+    if not isinstance(types, list) or len(types) != n or any(t not in ("global", "local") for t in types):
+        raise cfg._fail("attention_layers", f"must list 'global' or 'local' for each of the {n} layers")
+    window = cfg.integer("window_size", 256)
+    cfg.mark_read("attention_types")  # the run-length form of attention_layers
+
+    def make(kind: str) -> Any:
+        return _spec(cfg, d_model=d, heads=h, bias="o", causal=True, window=window if kind == "local" else None)
+
+    return group_layers(["sliding_attention" if t == "local" else "full_attention" for t in types],
+                        lambda kind: make("local" if kind == "sliding_attention" else "global"))
+
+
+def map_dbrx(cfg: Config) -> list[LayerGroup]:
+    """DBRX: GQA (attn_config.kv_n_heads) with RoPE (attn_config.rope_theta), no biases; clip_qkv is not covered."""
+    d, h, n, attn = _mosaic(cfg)
+    kv = attn.get("kv_n_heads", 1)
+    base = float(attn.get("rope_theta", rope_base(cfg, 10000.0)))
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, rope_fraction=1.0, rope_base=base, causal=True)
+    clip = attn.get("clip_qkv")
+    cfg.mark_read("max_seq_len", "ffn_config", "num_key_value_heads")  # transformers copies kv_n_heads there
+    note = f"{CLIP_QKV} (clip_qkv {_shown(clip)})" if clip is not None else ""
+    return [LayerGroup.from_layout("full_attention", n, spec, note=note)]
+
+
+def map_smollm3(cfg: Config) -> list[LayerGroup]:
+    """SmolLM3: GQA; RoPE on the layers no_rope_layers marks 1, none on those it marks 0 (every no_rope_layer_interval-th)."""
+    d, h, kv, dk = _heads(cfg)
+    n = cfg.layers()
+    uses = rope_layers(cfg, n)
+    window = cfg.flag("use_sliding_window", False)
+    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if window else "full_attention")
+    if not window:
+        cfg.mark_read("sliding_window")
+    base, bias = rope_base(cfg), _bias_all(cfg)
+
+    def make(label: str) -> Any:
+        kind, rope = label.split(" ")[0], "(no RoPE)" not in label
+        if kind not in LAYER_KINDS:
+            return _unknown_kind(kind)
+        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias,
+                     rope_fraction=1.0 if rope else 0.0, rope_base=base, causal=True, window=_window(cfg, kind))
+
+    return group_layers([f"{k}{'' if u else ' (no RoPE)'}" for k, u in zip(kinds, uses)], make)
+
+
+def map_olmo3(cfg: Config) -> list[LayerGroup]:
+    """OLMo 3: sliding and full layers (layer_types; 3 sliding to 1 full otherwise), a QK-norm over the whole width."""
+    n = cfg.layers()
+    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % 4 == 0 else "sliding_attention")
+    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-6, kinds=kinds)
+
+
+def map_phimoe(cfg: Config) -> list[LayerGroup]:
+    """Phi-3.5-MoE (phimoe): GQA with RoPE, biases on every projection per attention_bias, a window on every layer
+    when given."""
+    cfg.mark_read("original_max_position_embeddings", "lm_head_bias", "input_jitter_noise")
+    return _decoder(cfg, bias=_bias_all(cfg), kinds=_all_or_sliding(cfg))
+
+
+def map_ernie4_5(cfg: Config) -> list[LayerGroup]:
+    """ERNIE 4.5: GQA with RoPE (interleaved pairs, a permutation), biases on every projection per use_bias."""
+    return _decoder(cfg, bias=_bias_all(cfg, "use_bias", False))
+
+
+def map_seed_oss(cfg: Config) -> list[LayerGroup]:
+    """Seed-OSS: GQA with RoPE, biases on q, k, v per attention_bias and on o per attention_out_bias."""
+    bias = ("qkv" if cfg.flag("attention_bias", True) else "") + ("o" if cfg.flag("attention_out_bias", False) else "")
+    return _decoder(cfg, bias=bias or "none")
+
+
+def map_apertus(cfg: Config) -> list[LayerGroup]:
+    """Apertus: GQA with RoPE and a QK-norm per head with one weight for all heads (as Qwen3)."""
+    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", eps_default=1e-5)
+
+
+def map_xglm(cfg: Config) -> list[LayerGroup]:
+    """XGLM: multi-head attention with sinusoidal positions and biases on every projection."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("attention_heads", None, "num_attention_heads")
+    n = cfg.layers()
+    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
+    return [LayerGroup.from_layout("full_attention", n, spec), *_cross_attention(cfg, n)]
+
+
+def map_llama_like(cfg: Config) -> list[LayerGroup]:
+    """Arcee (AFM), Helium: Llama's attention (GQA, RoPE, biases per attention_bias, head_dim when given)."""
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
+def map_qwen2_vl(cfg: Config) -> list[LayerGroup]:
+    """Qwen2-VL, Qwen2.5-VL (their language model): Qwen2's attention with multimodal RoPE, whose three position
+    axes coincide on text tokens (biases on q, k, v)."""
+    if cfg.has("rope_scaling"):
+        cfg.ignore("rope_scaling", "multimodal RoPE (mrope_section) gives image tokens separate position axes; on "
+                   "text they coincide and the rotation is the ordinary one")
+    return _decoder(cfg, bias="qkv", kinds=_qwen_kinds(cfg, cfg.layers()))
+
+
+def map_wrapper(cfg: Config) -> list[LayerGroup]:
+    """A multimodal configuration (LLaVA, Mistral 3) whose text_config names a model type without a mapper."""
+    inner = cfg.raw.get("model_type")
+    raise ValueError(f"{cfg.where}: the language model's model_type {_shown(inner)} is not supported")
+
+
+def map_minicpm(cfg: Config) -> list[LayerGroup]:
+    """MiniCPM (1, 2): Llama's attention; scale_emb, dim_model_base and scale_depth scale embeddings and residuals."""
+    cfg.mark_read("scale_emb", "dim_model_base", "scale_depth")
+    return _decoder(cfg, bias=_bias_all(cfg))
+
+
+for _type, _mapper in {
+    "mixtral": map_mixtral, "qwen2_moe": map_qwen2_moe, "qwen3_moe": map_qwen3_moe, "phi3": map_phi3,
+    "gpt_bigcode": map_gpt_bigcode, "gptj": map_gptj, "granite": map_granite, "granitemoe": map_granite,
+    "granitemoeshared": map_granite, "internlm": map_internlm, "internlm2": map_internlm2, "internlm3": map_internlm3,
+    "chatglm": map_chatglm, "qwen": map_qwen, "stablelm": map_stablelm, "stablelm_epoch": map_stablelm,
+    "starcoder2": map_starcoder2, "olmo": map_olmo, "olmoe": map_olmoe, "glm": map_glm, "glm4": map_glm,
+    "glm4_moe": map_glm4_moe, "exaone": map_exaone, "exaone4": map_exaone4, "nemotron": map_nemotron,
+    "cohere": map_cohere, "cohere2": map_cohere2, "persimmon": map_persimmon, "fuyu": map_persimmon,
+    "jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5, "umt5": map_t5,
+    "qwen3_next": map_qwen3_next, "opt": map_opt, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
+    "smollm3": map_smollm3, "olmo3": map_olmo3, "phimoe": map_phimoe, "ernie4_5": map_ernie4_5,
+    "seed_oss": map_seed_oss, "apertus": map_apertus, "arcee": map_llama_like, "helium": map_llama_like,
+    "xglm": map_xglm, "minicpm": map_minicpm, "qwen2_vl": map_qwen2_vl, "qwen2_5_vl": map_qwen2_vl,
+    "qwen2_vl_text": map_qwen2_vl, "qwen2_5_vl_text": map_qwen2_vl, "llava": map_wrapper, "llava_next": map_wrapper,
+    "mistral3": map_wrapper,
+}.items():
+    register(_type, _mapper)
+
+WRAPPERS.update({"fuyu": "text_config", "llava": "text_config", "mistral3": "text_config", "qwen2_vl": "text_config",
+                 "qwen2_5_vl": "text_config", "llava_next": "text_config"})
