@@ -185,6 +185,8 @@ def accept_writer(root: Path, base: Path, revision: str, writer: str, records: l
         return Outcome(writer, files, "full run due", "; ".join(blockers))
     parameters = canary_parameters(root / writer)
     with work_tree_copy(root) as work:
+        git(base, "reset", "--quiet", "--hard")  # the base as committed: no earlier canary's outputs
+        git(base, "clean", "-fdxq")
         base_bytes = run_canary(base, writer, parameters)
         work_bytes = run_canary(work, writer, parameters)
         differ = compare_canaries(base_bytes, work_bytes)
