@@ -28,7 +28,8 @@ from tqdm import tqdm
 from attnbook.machine import cpu_model
 from attnbook.provenance import write_csv
 from attnid.spec import AttentionSpec, standard_layouts
-from attnid.verification import estimate_resources, verify
+from attnid.budget import estimate_resources
+from attnid.verification import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "scripts/bench_engine.py"

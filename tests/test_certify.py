@@ -11,7 +11,8 @@ from attnid.layer import forward
 from attnid.rank import FLOAT64_UNIT_ROUNDOFF, VerifiedBounds
 from attnid.spec import AttentionSpec
 from attnid.symmetry import orbit_tangent
-from attnid.verification import _draw_point, _inputs, default_inputs, jacobian_error, numeric_rank
+from attnid.budget import default_inputs
+from attnid.verification import _draw_point, _inputs, jacobian_error, numeric_rank
 
 N = 40
 
@@ -133,7 +134,7 @@ def test_verified_bounds_are_rigorous_and_agree_with_the_svd(spec: AttentionSpec
 def _point(spec: AttentionSpec, seed: int = 3, seq_len: int = 6):
     from attnid.runtime import generator
     gen = generator(seed)
-    params = _draw_point(spec, gen, "cpu")
+    params = _draw_point(spec, gen, "cpu", count(spec).total)
     inputs = _inputs(spec, gen, default_inputs(spec, seq_len), seq_len, "cpu")
     return params, inputs, (lambda p, x: forward(p, x, spec))
 

@@ -121,7 +121,7 @@ def test_bias_parsing_accepts_any_order_and_none() -> None:
 
 def test_verify_default_seq_len_is_the_library_rule(capsys: pytest.CaptureFixture) -> None:
     from attnid.cli import build_parser
-    from attnid.verification import default_seq_len
+    from attnid.budget import default_seq_len
 
     spec = AttentionSpec.create(12, 2)
     assert default_seq_len(spec) != 8  # a layout where the old CLI default (8) differed from the library's

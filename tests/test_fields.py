@@ -107,3 +107,23 @@ def test_the_schema_returns_canonical_values_and_the_boundaries_are_inside() -> 
     with pytest.raises(ValueError, match="gives odd r = 1"):
         rope_columns(0.125, 8)
     assert show(1e12) == "1000000000000" and show(0.5) == "0.5" and show(True) == "True"
+
+
+def test_integer_fields_take_any_integral_type_and_store_a_plain_int() -> None:
+    import numpy as np
+    import torch
+
+    from attnid.families.mla import MLASpec
+    from attnid.spec import AttentionSpec
+
+    spec = AttentionSpec.create(d_model=np.int64(8), heads=torch.tensor(2), rope_fraction=np.float64(0.5),
+                                window=np.int32(4), causal=True)
+    assert spec == AttentionSpec.create(8, 2, rope_fraction=0.5, window=4, causal=True)
+    for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim", "rope_dims", "window"):
+        assert type(getattr(spec, name)) is int, name
+    assert type(spec.rope_base) is float and type(spec.qk_norm_eps) is float
+    latent = MLASpec(d_model=np.int64(8), heads=2, kv_lora_rank=np.int16(4), qk_nope_head_dim=2, qk_rope_head_dim=2,
+                     v_head_dim=2, q_lora_rank=np.uint8(4))
+    assert type(latent.d_model) is int and type(latent.kv_lora_rank) is int and type(latent.q_lora_rank) is int
+    with pytest.raises(TypeError, match="d_model must be an integer"):
+        AttentionSpec.create(d_model=np.float64(8), heads=2)

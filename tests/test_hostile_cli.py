@@ -32,6 +32,7 @@ from attnid.spec import AttentionSpec
 pytestmark = pytest.mark.slow  # `make test-fast` skips this file: subprocesses or Triton's interpreter
 
 V = importlib.import_module("attnid.verification")
+B = importlib.import_module("attnid.budget")
 LIB = Path(attnid.__file__).resolve().parents[1]  # the children import this checkout's library
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LIB), os.environ.get("PYTHONPATH", "")])}
 AS_LIMIT = 4 * 2**30  # virtual memory per child: importing torch and a small verify use about 1 GiB
@@ -180,7 +181,7 @@ def test_verify_refuses_what_exceeds_the_memory_limit_before_allocating(runs: di
     assert run.out == ""
     args = REFUSALS[name]
     spec = AttentionSpec.create(int(args[2]), int(args[4]))
-    assert V.estimate_resources(spec).human() in err  # the library's estimate, in the message
+    assert B.estimate_resources(spec).human() in err  # the library's estimate, in the message
     assert "--max-memory" in err and "attnid count" in err
     # refused before any work: no more than importing the library costs
     assert run.max_rss < 1 * GIB and run.cpu_s < 10, (run.max_rss, run.cpu_s)
@@ -228,7 +229,7 @@ def test_measured_peak_stays_below_the_estimate(runs: dict[str, Run], name: str)
     assert run.code == 0, run.err
     measured = json.loads(run.out)
     increase = measured["peak"] - measured["base"]
-    estimate = V.estimate_resources(AttentionSpec.create(**MEASURED_LAYOUTS[name]))
+    estimate = B.estimate_resources(AttentionSpec.create(**MEASURED_LAYOUTS[name]))
     assert 0 < increase < estimate.bytes, (increase, estimate)
 
 
@@ -257,7 +258,7 @@ def test_generator_count_bounds_the_orbit_generators(spec: AttentionSpec) -> Non
     from attnid.symmetry import tangent_directions
 
     built = len(tangent_directions(attnid.init_params(spec, attnid.generator(0)), spec))
-    counted, _ = V.orbit_generator_count(spec)
+    counted, _ = B.orbit_generator_count(spec)
     assert built <= counted <= built + spec.kv_heads * spec.v_head_dim
     if "v" not in spec.bias or "o" in spec.bias or spec.norm != "softmax":
         assert counted == built
@@ -265,14 +266,14 @@ def test_generator_count_bounds_the_orbit_generators(spec: AttentionSpec) -> Non
 
 def test_estimate_is_arithmetic_fast_for_any_size_and_grows_with_the_layout() -> None:
     start = time.perf_counter()
-    huge = V.estimate_resources(AttentionSpec.create(1_000_000, 1_000, kv_heads=1, rope_fraction=1.0))
+    huge = B.estimate_resources(AttentionSpec.create(1_000_000, 1_000, kv_heads=1, rope_fraction=1.0))
     assert time.perf_counter() - start < 0.5
     assert huge.bytes > 2**60
-    small = V.estimate_resources(AttentionSpec.create(8, 2))
-    assert small.bytes < V.estimate_resources(AttentionSpec.create(16, 2)).bytes
-    assert small.bytes < V.estimate_resources(AttentionSpec.create(8, 2), seq_len=64).bytes
+    small = B.estimate_resources(AttentionSpec.create(8, 2))
+    assert small.bytes < B.estimate_resources(AttentionSpec.create(16, 2)).bytes
+    assert small.bytes < B.estimate_resources(AttentionSpec.create(8, 2), seq_len=64).bytes
     with pytest.raises(ValueError, match="seq_len"):
-        V.estimate_resources(AttentionSpec.create(8, 2), seq_len=1)
+        B.estimate_resources(AttentionSpec.create(8, 2), seq_len=1)
 
 
 def test_out_of_memory_errors_are_recognised_and_others_are_not() -> None:
@@ -291,7 +292,7 @@ def test_an_unrelated_runtime_error_is_not_reported_as_out_of_memory(monkeypatch
     def broken(*args, **kwargs):
         raise RuntimeError("a bug, not a shortage")
 
-    monkeypatch.setattr(cli, "verify", broken)
+    monkeypatch.setattr(cli.families, "verify", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["verify", *BASE])
 

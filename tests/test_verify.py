@@ -13,6 +13,7 @@ from attnid.spec import AttentionSpec
 from attnid.verification import verify
 
 V = importlib.import_module("attnid.verification")
+B = importlib.import_module("attnid.budget")
 
 SEQ_LEN = 5
 SEED = 3
@@ -52,7 +53,7 @@ def test_first_batch_settles_the_rank(name: str) -> None:
     # Default inputs: the first batch is enough (default_inputs' margin), so the SVD route stops at once
     # through the orbit test and the certificate proves the same rank; both equal the exact count.
     spec = LAYOUTS[name]
-    first = V.default_inputs(spec, SEQ_LEN)
+    first = B.default_inputs(spec, SEQ_LEN)
     svd = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, method="svd")
     auto = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, method="dense")
     for result, method in ((svd, "svd"), (auto, "certificate")):
@@ -69,7 +70,7 @@ def test_one_input_grows_until_the_rank_is_stable(name: str) -> None:
         result = V.numeric_rank(spec, seq_len=SEQ_LEN, seed=SEED, n_inputs=1, method=method)
         assert result.decision.method == "svd" and result.stable
         assert result.decision.rank == exact_rank(spec)
-        assert result.n_inputs in {inputs_after_rounds(1, k) for k in range(1, V.MAX_EXTRA_ROUNDS + 1)}
+        assert result.n_inputs in {inputs_after_rounds(1, k) for k in range(1, B.MAX_EXTRA_ROUNDS + 1)}
 
 
 def test_rank_still_rising_after_the_last_round_is_unstable() -> None:
@@ -77,7 +78,7 @@ def test_rank_still_rising_after_the_last_round_is_unstable() -> None:
     spec = AttentionSpec.create(8, 2)
     result = V.numeric_rank(spec, seq_len=2, seed=1, n_inputs=1, method="svd")
     assert not result.stable
-    assert result.n_inputs == inputs_after_rounds(1, V.MAX_EXTRA_ROUNDS) == 13  # 1, 2, 3, 4, 6, 9, 13
+    assert result.n_inputs == inputs_after_rounds(1, B.MAX_EXTRA_ROUNDS) == 13  # 1, 2, 3, 4, 6, 9, 13
     assert result.decision.rank < exact_rank(spec)
 
 

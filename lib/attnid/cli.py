@@ -10,7 +10,7 @@ Exit codes:
   (``attnid census | head -1``: the closed pipe ends the command quietly).
 * 1: verify found a mismatch or an unclear rank decision.
 * 2: bad flags or an invalid layout, or verify refused a layout whose estimated peak memory
-  (``attnid.verification.estimate_resources``) exceeds ``--max-memory``; one line on stderr.
+  (``attnid.families.estimate``) exceeds ``--max-memory``; one line on stderr.
 * 3: verify ran out of memory all the same (the allocator failed); one line on stderr.
 
 Every numeric flag is checked against stated bounds before any work (see ``--help``):
@@ -32,19 +32,17 @@ from typing import Any, NoReturn
 
 import torch
 
-from attnid import families, nullity
+from attnid import families
 from attnid.counts import Count
 from attnid.families.alibi import AlibiSpec
 from attnid.fields import FIELDS, MAX_WIDTH
 from attnid.fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
 from attnid.families.gated import GATES, GatedSpec
-from attnid.layout import Layout
-from attnid.nullity import FamilyCheck
+from attnid.layout import Layout, VerificationResult
 from attnid.families.relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from attnid.runtime import MAX_SEED
 from attnid.spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
-from attnid.verification import (METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, Verification, default_seq_len,
-                     estimate_resources, format_bytes, verify)
+from attnid.budget import METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, default_seq_len, format_bytes
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
@@ -226,7 +224,7 @@ def _max_memory_help() -> str:
     total = machine_memory()
     here = (f"half of {format_bytes(total)}, so {format_bytes(default_max_memory())}" if total is not None
             else f"unknown, so {format_bytes(FALLBACK_MAX_MEMORY)}")
-    return (f"refuse (exit {EXIT_USAGE}) a layout whose estimated peak memory (attnid.verification.estimate_resources) "
+    return (f"refuse (exit {EXIT_USAGE}) a layout whose estimated peak memory (attnid.families.estimate) "
             "exceeds SIZE, e.g. 8G, 512M, 1.5T (binary units; a bare number means GiB); default: "
             f"{MEMORY_SHARE:.0%} of this machine's memory, the physical RAM or a lower cgroup limit "
             f"(here {here})").replace("%", "%%")
@@ -334,11 +332,12 @@ def count_record(c: Count) -> dict[str, Any]:
             "weakly_identified": c.weakly_identified}
 
 
-def _count_of(v: Verification | FamilyCheck) -> Count:
-    return v.count if isinstance(v, Verification) else families.count(v.spec)
+def _count_of(v: VerificationResult) -> Count:
+    """The exact count of the layout the check ran on (for the relative-bias family: at the check's length)."""
+    return families.count(v.spec)
 
 
-def verify_record(v: Verification | FamilyCheck, seed: int) -> dict[str, Any]:
+def verify_record(v: VerificationResult, seed: int) -> dict[str, Any]:
     d = v.decision
     return {**count_record(_count_of(v)), "numeric_unidentified": d.nullity, "matches": v.matches,
             "rank": d.rank, "clear": d.clear, "smallest_kept": d.smallest_kept, "largest_dropped": d.largest_dropped,
@@ -401,7 +400,7 @@ def run_config_count(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _verify_lines(v: Verification | FamilyCheck, seed: int) -> list[str]:
+def _verify_lines(v: VerificationResult, seed: int) -> list[str]:
     d = v.decision
     verdict = {True: "yes", False: "NO", None: "no exact count to compare"}[v.matches]
     c = _count_of(v)
@@ -436,19 +435,14 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 
 
 def _estimate(spec: Layout, args: argparse.Namespace) -> Estimate:
-    """The peak-memory estimate of verify: calibrated for AttentionSpec, ``attnid.nullity``'s bound for a gated layout."""
-    if isinstance(spec, AttentionSpec):
-        return estimate_resources(spec, seq_len=args.seq_len, method=args.method)
-    seq_len = default_seq_len(spec.base) if args.seq_len is None else args.seq_len
-    p = families.count(spec).total
-    return Estimate(nullity.estimate_bytes(p, spec.d_model, seq_len), p, seq_len, 0, "forward", {})
+    """The peak-memory estimate of verify for a layout of any family (its family's ``estimate``)."""
+    return families.estimate(spec, seq_len=args.seq_len, method=args.method)
 
 
-def _run(spec: Layout, args: argparse.Namespace, limit: int) -> Verification | FamilyCheck:
-    if isinstance(spec, AttentionSpec):  # the limit is checked again before each route verify takes
-        return verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress,
-                      max_bytes=limit)
-    return families.verify(spec, seq_len=args.seq_len, seed=args.seed)
+def _run(spec: Layout, args: argparse.Namespace, limit: int) -> VerificationResult:
+    """The one verify route of every family; the limit is checked again before each route it takes."""
+    return families.verify(spec, seq_len=args.seq_len, seed=args.seed, method=args.method, progress=args.progress,
+                           max_bytes=limit)
 
 
 def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: Layout) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,15 +101,24 @@ class Field:
 
     def check(self, value: Any, shown: Callable[[Any], str] = show) -> Any:
         """``value`` in its canonical type (int or float); TypeError or ValueError with ``message``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Real if self.kind == "real" else numbers.Integral):
+        if isinstance(value, bool):
             raise TypeError(self.message(value, shown))
-        try:
-            canonical: Any = int(value) if self.kind == "int" else float(value)
+        try:  # any integral type (numpy, torch) through operator.index; any real through float
+            canonical: Any = operator.index(value) if self.kind == "int" else _real(value)
+        except TypeError:
+            raise TypeError(self.message(value, shown)) from None
         except OverflowError:  # an integer too large for a float: out of every range
             raise ValueError(self.message(value, shown)) from None
         if not self.low <= canonical <= self.high or (self.even and canonical % 2):  # NaN fails the comparison
             raise ValueError(self.message(value, shown))
         return canonical
+
+
+def _real(value: Any) -> float:
+    """``value`` as a plain float when it is a real number (numbers.Real: int, float, numpy's); TypeError otherwise."""
+    if not isinstance(value, numbers.Real):
+        raise TypeError(value)
+    return float(value)
 
 
 def _int(name: str, low: int = 1, high: int = MAX_WIDTH, even: bool = False) -> Field:

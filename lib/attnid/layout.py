@@ -53,6 +53,47 @@ class Layout(Protocol):
         ...
 
 
+@runtime_checkable
+class VerificationResult(Protocol):
+    """What ``attnid.verify`` returns for a layout of any family: the exact count next to the numeric one.
+
+    ``attnid.verification.Verification`` (multi-head, with certificates) and ``attnid.nullity.FamilyCheck``
+    (every other family) both follow it; the CLI and the chapters read only these names.
+    """
+
+    @property
+    def spec(self) -> Any: ...
+
+    @property
+    def total(self) -> int:
+        """The layout's parameter count P."""
+        ...
+
+    @property
+    def exact(self) -> int | None:
+        """The exact count of unidentified parameters (None: no theorem covers the layout)."""
+        ...
+
+    @property
+    def decision(self) -> Any:
+        """The ``attnid.rank.RankDecision`` on the stacked Jacobian."""
+        ...
+
+    @property
+    def numeric_unidentified(self) -> int: ...
+
+    @property
+    def matches(self) -> bool | None:
+        """Clear decision equal to the exact count (None: nothing to compare)."""
+        ...
+
+    @property
+    def n_inputs(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Count:
     """Exact parameter count of a layout of any family. ``unidentified`` is None when no theorem covers it."""
@@ -81,8 +122,9 @@ class Family:
     """One attention family's behaviour, as functions of its layout type ``layout``.
 
     ``proofs`` names the book's statements (chapter labels) that prove ``count`` and that the
-    tangent directions leave the function unchanged. ``verify`` returns an object with
-    ``matches``, ``exact``, ``numeric_unidentified`` and ``decision`` (a ``RankDecision``);
+    tangent directions leave the function unchanged. ``verify(layout, *, seed, seq_len, n_inputs,
+    method, progress, max_bytes)`` returns a ``VerificationResult``; ``estimate`` (same arguments
+    but the seed) its peak memory before anything is allocated, ``default_seq_len`` its input length;
     ``tangent_basis`` a (P, k) matrix whose columns span the orbit's tangent space at a point;
     ``from_hf_config`` the layout and the config keys it did not read, each with the reason (None:
     the family reads configs another way, as the multi-head family does through ``hfconfig``).
@@ -98,5 +140,8 @@ class Family:
     tangent_basis: Callable[[Params, Any], torch.Tensor]
     verify: Callable[..., Any]
     example: Callable[[], Any]
+    """A small layout of the family, quick to verify (tests, documentation)."""
+    estimate: Callable[..., Any]
+    default_seq_len: Callable[[Any], int]
     """A small layout of the family, quick to verify (tests, documentation)."""
     from_hf_config: Callable[[Mapping[str, Any]], tuple[Any, dict[str, str]]] | None = None

@@ -31,6 +31,8 @@ earlier chapters (every count and output of a layout without them is unchanged):
 
 from __future__ import annotations
 
+import operator
+
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -98,17 +100,17 @@ class AttentionSpec:
     chunk: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim"):
-            check(name, getattr(self, name))
+        for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim", "rope_base", "qk_norm_eps"):
+            object.__setattr__(self, name, check(name, getattr(self, name)))  # stored as a plain int or float
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads}")
         if parse_bias(self.bias) != self.bias:
             raise ValueError(f"bias must be letters of 'qkvo' in that order (got {self.bias!r}); use parse_bias")
-        if isinstance(self.rope_dims, bool) or not isinstance(self.rope_dims, int):
+        if isinstance(self.rope_dims, bool) or not hasattr(type(self.rope_dims), "__index__"):
             raise TypeError(f"rope_dims must be an integer, got {self.rope_dims!r}")
+        object.__setattr__(self, "rope_dims", operator.index(self.rope_dims))
         if not 0 <= self.rope_dims <= self.head_dim or self.rope_dims % 2:
             raise ValueError(f"rope_dims must be an even number in [0, head_dim={self.head_dim}], got {self.rope_dims}")
-        check("rope_base", self.rope_base)
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
         if not isinstance(self.sink_learned, bool):
@@ -119,13 +121,12 @@ class AttentionSpec:
             raise TypeError(f"causal must be True or False, got {self.causal!r}")
         if not isinstance(self.qk_norm, str) or self.qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}; got {self.qk_norm!r}")
-        check("qk_norm_eps", self.qk_norm_eps)
         if self.window is not None:
-            check("window", self.window)
+            object.__setattr__(self, "window", check("window", self.window))
             if not self.causal:
                 raise ValueError("a sliding window needs causal=True (query i sees keys i - window < j <= i)")
         if self.chunk is not None:
-            check("chunk", self.chunk)
+            object.__setattr__(self, "chunk", check("chunk", self.chunk))
             if not self.causal:
                 raise ValueError("chunked attention needs causal=True (query i sees keys j <= i of its own chunk)")
             if self.window is not None:
@@ -152,18 +153,16 @@ class AttentionSpec:
         chunk: int | None = None,
     ) -> "AttentionSpec":
         """Build a spec with defaults: kv_heads = heads, head widths d_model / heads, RoPE from a fraction."""
-        check("rope_fraction", rope_fraction)
+        rope_fraction = check("rope_fraction", rope_fraction)
         check("rope_base", rope_base)
-        check("d_model", d_model)
-        check("heads", heads)
+        d_model, heads = check("d_model", d_model), check("heads", heads)
         if head_dim is None or v_head_dim is None:
             if d_model % heads:
                 raise ValueError(
                     f"heads {heads} does not divide d_model {d_model}: give head_dim and v_head_dim explicitly"
                 )
-        head_dim = d_model // heads if head_dim is None else head_dim
+        head_dim = d_model // heads if head_dim is None else check("head_dim", head_dim)
         v_head_dim = d_model // heads if v_head_dim is None else v_head_dim
-        check("head_dim", head_dim)
         if rope_dims is not None and rope_fraction:
             raise ValueError("give rope_fraction or rope_dims, not both")
         r = rope_dims if rope_dims is not None else rope_dims_from_fraction(rope_fraction, head_dim)

@@ -1,5 +1,11 @@
 """The attention families, and dispatch on a layout's type: ``count(layout)``, ``verify(layout)``, ...
 
+These are the library's front door: ``attnid.count``, ``attnid.verify``, ``attnid.forward`` and
+``attnid.init_params`` are the functions below, so they take a layout of every family. ``verify``
+takes the same options on every route (seed, input size, method, progress, a memory limit checked
+against the family's own ``estimate`` before anything is allocated) and returns a
+``attnid.layout.VerificationResult``.
+
 Every consumer that takes a layout of any family (``census``, ``hfconfig``, the CLI) asks this
 module, never a family's own functions. Adding a family means one module that defines the
 functions the ``Family`` record (``attnid.layout``) holds, under the names in ``PROTOCOL`` (and
@@ -16,9 +22,11 @@ from typing import Any
 import torch
 
 from attnid.families import alibi, gated, mha, mla, relbias
-from attnid.layout import Count, Family, Layout, Params
+from attnid.budget import Estimate
+from attnid.layout import Count, Family, Layout, Params, VerificationResult
 
-PROTOCOL = ("parameter_shapes", "init_params", "forward", "count", "tangent_basis", "verify", "example")
+PROTOCOL = ("parameter_shapes", "init_params", "forward", "count", "tangent_basis", "verify", "example", "estimate",
+            "default_seq_len")
 
 
 def from_module(module: ModuleType, name: str, layout: type, proofs: Sequence[str], **functions: Any) -> Family:
@@ -70,21 +78,41 @@ def count(layout: Layout) -> Count:
     return family_of(layout).count(layout)
 
 
-def verify(layout: Layout, **options: Any) -> Any:
-    """The family's numeric check (exact count next to the Jacobian's nullity at a random point)."""
-    return family_of(layout).verify(layout, **options)
+def verify(layout: Layout, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
+           method: str = "auto", progress: bool = False, max_bytes: int | None = None) -> VerificationResult:
+    """The exact count next to the float64 Jacobian's nullity at a seeded random point, for a layout of any family.
+
+    ``method``: 'auto' (every family), 'dense' (every family), 'svd' (multi-head only); ``progress``
+    draws the work on stderr; ``max_bytes``: the family's ``estimate`` is compared with it before each
+    route runs, and ``attnid.budget.MemoryLimitExceeded`` is raised instead of running past it.
+    """
+    return family_of(layout).verify(layout, seed=seed, seq_len=seq_len, n_inputs=n_inputs, method=method,
+                                    progress=progress, max_bytes=max_bytes)
+
+
+def estimate(layout: Layout, seq_len: int | None = None, n_inputs: int | None = None, method: str = "auto") -> Estimate:
+    """The predicted peak memory of ``verify`` with the same arguments, computed from the layout alone."""
+    return family_of(layout).estimate(layout, seq_len=seq_len, n_inputs=n_inputs, method=method)
+
+
+def default_seq_len(layout: Layout) -> int:
+    """The tokens per input ``verify`` uses when ``seq_len`` is not given."""
+    return family_of(layout).default_seq_len(layout)
 
 
 def parameter_shapes(layout: Layout) -> dict[str, tuple[int, ...]]:
     return family_of(layout).parameter_shapes(layout)
 
 
-def init_params(layout: Layout, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
-    return family_of(layout).init_params(layout, generator, dtype)
+def init_params(layout: Layout, generator: torch.Generator, dtype: torch.dtype = torch.float64,
+                **options: Any) -> dict[str, torch.Tensor]:
+    """A random point of the layout's parameters (``options``: what its family takes beyond, e.g. ``device``)."""
+    return family_of(layout).init_params(layout, generator, dtype, **options)
 
 
-def forward(params: Params, x: torch.Tensor, layout: Layout) -> torch.Tensor:
-    return family_of(layout).forward(params, x, layout)
+def forward(params: Params, x: torch.Tensor, layout: Layout, **options: Any) -> torch.Tensor:
+    """The layer of the layout's family at ``params`` on inputs ``x`` (..., n, d_model)."""
+    return family_of(layout).forward(params, x, layout, **options)
 
 
 def tangent_basis(params: Params, layout: Layout) -> torch.Tensor:

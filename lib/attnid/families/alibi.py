@@ -23,9 +23,8 @@ import torch
 
 from attnid import counts, layer, symmetry
 from attnid.layout import Count, Params
-from attnid.nullity import FamilyCheck
 from attnid.spec import AttentionSpec
-from attnid.families.wrapped import OnMultiHead, offset_forward, verify_on_base
+from attnid.families.wrapped import OnMultiHead, base_checks, base_seq_len, offset_forward
 
 
 def slopes(heads: int) -> list[float]:
@@ -95,11 +94,10 @@ def init_params(spec: AlibiSpec, generator: torch.Generator, dtype: torch.dtype 
     return layer.init_params(spec.base, generator, dtype)
 
 
-def verify(spec: AlibiSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
-           max_rounds: int = 4) -> FamilyCheck:
-    """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    return verify_on_base(spec, count(spec), init_params, forward, tangent_basis, seed=seed, seq_len=seq_len,
-                          n_inputs=n_inputs, max_rounds=max_rounds)
+# verify: the exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``);
+# estimate: its peak memory; default_seq_len: its input length, the multi-head default
+verify, estimate = base_checks(count, init_params, forward, tangent_basis)
+default_seq_len = base_seq_len
 
 
 def example() -> AlibiSpec:

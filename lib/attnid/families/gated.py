@@ -32,9 +32,8 @@ import torch
 from attnid import counts, layer, symmetry
 from attnid.counts import FactoredCount
 from attnid.layout import Count, Params
-from attnid.nullity import FamilyCheck
 from attnid.spec import AttentionSpec
-from attnid.families.wrapped import OnMultiHead, verify_on_base
+from attnid.families.wrapped import OnMultiHead, base_checks, base_seq_len
 
 GATES = ("elementwise", "headwise")
 GATE_PARAMS = ("W_G", "b_G")
@@ -180,11 +179,10 @@ def tangent_basis(params: Params, spec: GatedSpec) -> torch.Tensor:
     return symmetry.orthonormal_span(padded, params)
 
 
-def verify(spec: GatedSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
-           max_rounds: int = 4) -> FamilyCheck:
-    """The exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``)."""
-    return verify_on_base(spec, count(spec), init_params, forward, tangent_basis, seed=seed, seq_len=seq_len,
-                          n_inputs=n_inputs, max_rounds=max_rounds)
+# verify: the exact count next to the float64 Jacobian's nullity at a seeded random point (``attnid.nullity``);
+# estimate: its peak memory; default_seq_len: its input length, the multi-head default
+verify, estimate = base_checks(count, init_params, forward, tangent_basis)
+default_seq_len = base_seq_len
 
 
 def example() -> GatedSpec:
@@ -277,7 +275,7 @@ def hf_cross_check(spec: GatedSpec, seed: int = 0, seq_len: int = 8) -> Any:
     ``tangent_basis``); ``numeric`` is the nullity of the module's own float64 Jacobian.
     """
     from attnid.hf import modules as hf
-    from attnid.verification import default_inputs
+    from attnid.budget import default_inputs
 
     if spec.gate != "elementwise" or spec.base.qk_norm != "shared" or not spec.causal:
         raise ValueError("Qwen3-Next's layer has an elementwise gate, a shared QK-norm and a causal mask: "

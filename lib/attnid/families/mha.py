@@ -8,13 +8,16 @@ registry of model types in ``attnid.hf.config`` (one mapper per model type), not
 
 from __future__ import annotations
 
+from attnid.budget import default_seq_len
+from attnid.budget import estimate_resources as estimate
 from attnid.counts import count
 from attnid.layer import forward, init_params, parameter_shapes
 from attnid.spec import AttentionSpec
 from attnid.symmetry import orbit_tangent
 from attnid.verification import verify
 
-__all__ = ["AttentionSpec", "count", "example", "forward", "init_params", "parameter_shapes", "tangent_basis", "verify"]
+__all__ = ["AttentionSpec", "count", "default_seq_len", "estimate", "example", "forward", "init_params", "parameter_shapes",
+           "tangent_basis", "verify"]
 
 tangent_basis = orbit_tangent  # (P, k): the orbit's tangent directions at a point, as columns
 

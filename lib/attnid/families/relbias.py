@@ -31,9 +31,10 @@ import torch
 from attnid import counts, layer, symmetry
 from attnid.layout import Count, Params
 from attnid.normalise import causal_mask, chunk_mask, window_mask
-from attnid.nullity import FamilyCheck, check_layout
+from attnid.budget import Estimate
+from attnid.nullity import FamilyCheck, check_layout, checked_estimate
 from attnid.spec import AttentionSpec
-from attnid.verification import default_seq_len
+from attnid.budget import default_seq_len
 from attnid.families.wrapped import OnMultiHead, offset_forward
 
 TABLE = "rel_bias"  # the parameter: (H, buckets)
@@ -226,19 +227,32 @@ def tangent_basis(params: Params, spec: RelativeBiasSpec) -> torch.Tensor:
     return symmetry.orthonormal_span(padded, params)
 
 
+def check_seq_len(spec: RelativeBiasSpec) -> int:
+    """The tokens per input of ``verify``: the layout's own length, else the multi-head default."""
+    return spec.seq_len or default_seq_len(spec.base)
+
+
 def verify(spec: RelativeBiasSpec, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
-           max_rounds: int = 4) -> FamilyCheck:
+           max_rounds: int = 4, method: str = "auto", progress: bool = False,
+           max_bytes: int | None = None) -> FamilyCheck:
     """The count at the check's length next to the float64 Jacobian's nullity at a seeded random point.
 
-    The length is ``seq_len``, else the layout's own, else the multi-head default (the count then
-    follows it: the buckets a length reaches decide it).
+    The length is ``seq_len``, else ``check_seq_len`` (the count then follows it: the buckets a
+    length reaches decide it).
     """
-    n = seq_len or spec.seq_len or default_seq_len(spec.base)
+    n = seq_len or check_seq_len(spec)
     at = replace(spec, seq_len=n)
     c = count(at)
     return check_layout(at, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
                         exact=c.unidentified, total=c.total, seq_len=n, seed=seed, n_inputs=n_inputs,
-                        max_rounds=max_rounds)
+                        max_rounds=max_rounds, method=method, progress=progress, max_bytes=max_bytes)
+
+
+def estimate(spec: RelativeBiasSpec, seq_len: int | None = None, n_inputs: int | None = None,
+             method: str = "auto") -> Estimate:
+    """The peak-memory estimate of ``verify`` with the same arguments (``attnid.nullity.estimate``)."""
+    n = seq_len or check_seq_len(spec)
+    return checked_estimate(count(replace(spec, seq_len=n)).total, spec.d_model, n, n_inputs, method)
 
 
 def _t5_layer(spec: RelativeBiasSpec, generator: torch.Generator) -> Any:
@@ -291,7 +305,7 @@ def hf_cross_check(spec: RelativeBiasSpec, seed: int = 0) -> Any:
     nullity of the module's own float64 Jacobian.
     """
     from attnid.hf import modules as hf
-    from attnid.verification import default_inputs
+    from attnid.budget import default_inputs
 
     def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
         base_params = {k: v for k, v in params.items() if k != TABLE}

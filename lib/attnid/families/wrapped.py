@@ -18,9 +18,9 @@ from typing import Any
 from attnid import layer
 from attnid.layout import Count, Params
 from attnid.normalise import attention_weights
-from attnid.nullity import FamilyCheck, check_layout
+from attnid.nullity import FamilyCheck, check_layout, checked_estimate
 from attnid.spec import AttentionSpec
-from attnid.verification import default_seq_len
+from attnid.budget import Estimate, default_seq_len
 
 
 class OnMultiHead:
@@ -58,11 +58,32 @@ def offset_forward(params: Params, x: torch.Tensor, base: AttentionSpec, offsets
     return torch.einsum("...hnv,hvd->...nd", weights @ v, params["W_O"]) + params.get("b_O", 0.0)
 
 
-def verify_on_base(spec: Any, count: Count, init_params: Callable[..., Params], forward: Callable[..., torch.Tensor],
-                   tangent_basis: Callable[[Params, Any], torch.Tensor], *, seed: int, seq_len: int | None,
-                   n_inputs: int | None, max_rounds: int) -> FamilyCheck:
-    """The exact ``count`` of a layout on ``spec.base`` next to the float64 Jacobian's nullity at a seeded random point."""
-    return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
-                        exact=count.unidentified, total=count.total,
-                        seq_len=default_seq_len(spec.base) if seq_len is None else seq_len, seed=seed,
-                        n_inputs=n_inputs, max_rounds=max_rounds)
+def base_seq_len(spec: Any) -> int:
+    """The tokens per input of a check on a layout built on a multi-head one: the multi-head default."""
+    return default_seq_len(spec.base)
+
+
+def base_checks(count: Callable[[Any], Count], init_params: Callable[..., Params], forward: Callable[..., torch.Tensor],
+                tangent_basis: Callable[[Params, Any], torch.Tensor]) -> tuple[Callable[..., FamilyCheck],
+                                                                             Callable[..., Estimate]]:
+    """``verify`` and ``estimate`` of a family whose layouts add one feature to a multi-head ``base``.
+
+    ``verify`` puts the exact count next to the float64 Jacobian's nullity at a seeded random point
+    (``attnid.nullity.check_layout``), ``estimate`` predicts its peak memory; both read the input
+    length from ``base_seq_len`` when ``seq_len`` is not given.
+    """
+    def verify(spec: Any, *, seed: int = 0, seq_len: int | None = None, n_inputs: int | None = None,
+               max_rounds: int = 4, method: str = "auto", progress: bool = False,
+               max_bytes: int | None = None) -> FamilyCheck:
+        c = count(spec)
+        return check_layout(spec, init_params=init_params, forward=forward, tangent_basis=tangent_basis,
+                            exact=c.unidentified, total=c.total,
+                            seq_len=base_seq_len(spec) if seq_len is None else seq_len, seed=seed,
+                            n_inputs=n_inputs, max_rounds=max_rounds, method=method, progress=progress,
+                            max_bytes=max_bytes)
+
+    def estimate(spec: Any, seq_len: int | None = None, n_inputs: int | None = None, method: str = "auto") -> Estimate:
+        return checked_estimate(count(spec).total, spec.d_model, base_seq_len(spec) if seq_len is None else seq_len,
+                                n_inputs, method)
+
+    return verify, estimate

@@ -445,7 +445,7 @@ def cross_check(family: str, spec: AttentionSpec, seed: int = 0, seq_len: int = 
     from attnid import symmetry as sym
     from attnid.counts import count
     from attnid.layer import forward
-    from attnid.verification import default_inputs
+    from attnid.budget import default_inputs
 
     def move(params: Params, gen: torch.Generator) -> dict[str, torch.Tensor]:
         moved = sym.apply_group(params, spec, sym.random_group_element(spec, gen, scale=0.5))

@@ -48,7 +48,7 @@ from attnid.families.mla.spec import HF_LATENT_NORM_EPS, MLASpec
 from attnid.families.mla.layer import check_params, forward, init_params, kv_latent, parameter_shapes, query_states
 from attnid.families.mla.count import count, coverage_problems, latent_symmetry_dimension, total_parameters
 from attnid.families.mla.symmetry import apply_symmetry, labelled_tangent_directions, MLASymmetry, orbit_dimension, random_symmetry, rope_commutant_basis, scale_direction, tangent_basis
-from attnid.families.mla.verify import MLAVerification, verify
+from attnid.families.mla.verify import MLAVerification, default_seq_len, estimate, verify
 from attnid.families.mla.hf import hf_cross_check, hf_module, hf_nullity, HFCrossCheck, HFMLA
 
 __all__ = [
@@ -58,6 +58,8 @@ __all__ = [
     "MLASpec",
     "MLASymmetry",
     "MLAVerification",
+    "default_seq_len",
+    "estimate",
     "apply_symmetry",
     "check_params",
     "count",

@@ -50,9 +50,9 @@ class MLASpec:
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                      "rope_base", "norm_eps"):
-            check(name, getattr(self, name))
+            object.__setattr__(self, name, check(name, getattr(self, name)))  # stored as a plain int or float
         if self.q_lora_rank is not None:
-            check("q_lora_rank", self.q_lora_rank)
+            object.__setattr__(self, "q_lora_rank", check("q_lora_rank", self.q_lora_rank))
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be True or False, got {self.causal!r}")
 
