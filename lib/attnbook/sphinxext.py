@@ -14,6 +14,9 @@
   book's ``-W`` build.
 - Warns (so fails ``-W``) about a figure whose image has no alt text of its own: without ``:alt:``
   the HTML falls back to the image's file name, which is all a screen reader would say.
+- Two directives for the API page: ``attnid-cli`` prints the ``attnid`` command's help, each
+  subcommand's too, from the parser itself (``attnid.cli.build_parser``), and ``attnid-json-schemas``
+  prints the schema of each subcommand's ``--json`` output (``attnid.schemas``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 NOT_A_DEPENDENCY = 'Sphinx extension of the rendered book: no data'
 
@@ -152,7 +156,66 @@ def figure_alt_text(app: Any, doctree: Any, docname: str) -> None:
                 LOG.warning(f"a figure {problem}: give its directive an :alt: that says what it shows", location=figure)
 
 
+HELP_COLUMNS = "88"  # argparse wraps help to $COLUMNS: one width on every machine
+
+
+def _literal(text: str, language: str = "text") -> nodes.literal_block:
+    block = nodes.literal_block(text, text)
+    block["language"] = language
+    return block
+
+
+def _section(title: str, ident: str, *children: nodes.Node) -> nodes.section:
+    section = nodes.section(ids=[ident])
+    section += nodes.title(title, title)
+    for child in children:
+        section += child
+    return section
+
+
+class CliHelp(SphinxDirective):
+    """``.. attnid-cli::``: the help of ``attnid`` and of each subcommand, as the parser prints it."""
+
+    def run(self) -> list[nodes.Node]:
+        import argparse
+        import os
+
+        from attnid.cli import build_parser
+
+        saved = os.environ.get("COLUMNS")
+        os.environ["COLUMNS"] = HELP_COLUMNS
+        try:
+            parser = build_parser()
+            found = [_section("attnid", "cli-attnid", _literal(parser.format_help()))]
+            for action in parser._actions:  # argparse keeps the subcommands on its subparsers action
+                if isinstance(action, argparse._SubParsersAction):
+                    found += [_section(f"attnid {name}", f"cli-{name}", _literal(sub.format_help()))
+                              for name, sub in action.choices.items()]
+        finally:
+            if saved is None:
+                os.environ.pop("COLUMNS", None)
+            else:
+                os.environ["COLUMNS"] = saved
+        return found
+
+
+class JsonSchemas(SphinxDirective):
+    """``.. attnid-json-schemas::``: the JSON Schema of each subcommand's ``--json`` output."""
+
+    def run(self) -> list[nodes.Node]:
+        import json
+
+        from attnid.schemas import SCHEMAS
+
+        return [_section(schema["title"], "json-" + name.replace(" ", "").replace("-", ""),
+                         nodes.paragraph(text=schema["description"]),
+                         _literal(json.dumps(schema, indent=2), "json"))
+                for name, schema in SCHEMAS.items()]
+
+
 def setup(app: Any) -> dict[str, Any]:
+    app.add_directive("attnid-cli", CliHelp)
+    app.add_directive("attnid-json-schemas", JsonSchemas)
     app.connect("doctree-resolved", typeset_glued_numbers)
     app.connect("doctree-resolved", figure_alt_text)
     app.connect("html-page-context", data_download)

@@ -1,0 +1,115 @@
+"""The JSON the ``attnid`` command prints with ``--json``, as JSON Schemas (draft 2020-12).
+
+One schema per subcommand: ``count`` (a layout), ``verify``, ``count --config`` and ``census``.
+Plain dicts, so the library needs no schema package; the tests validate real output against
+them with ``jsonschema``, and the book's API page prints them (``attnbook.sphinxext``). Every
+object lists its keys and allows no others, so a key added to the output without its schema
+fails the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_INT = {"type": "integer", "minimum": 0}
+_INT_OR_NULL = {"type": ["integer", "null"], "minimum": 0}
+_RATIO = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+_COUNTS = {"type": "object", "additionalProperties": _INT}
+_LAYOUT = {"type": "object", "description": "the layout's fields (attnid's to_dict): they depend on the family"}
+
+
+def _closed(description: str, properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object schema with exactly these keys (``optional`` ones may be absent)."""
+    return {"type": "object", "description": description, "properties": properties,
+            "required": [k for k in properties if k not in optional], "additionalProperties": False}
+
+
+COUNT_PROPERTIES: dict[str, Any] = {
+    "layout": _LAYOUT,
+    "total": {**_INT, "description": "parameters P of one layer"},
+    "unidentified": {**_INT_OR_NULL, "description": "exact count the function cannot see (null: no theorem covers it)"},
+    "ratio": {**_RATIO, "description": "unidentified / total"},
+    "breakdown": {**_COUNTS, "description": "the unidentified count by kind of direction"},
+    "covered": {"type": "boolean", "description": "whether a theorem of the book covers the layout"},
+    "note": {"type": "string", "description": "why a layout is not covered, or a remark on its count"},
+    "weakly_identified": {**_INT, "description": "directions seen only through a norm's eps"},
+}
+
+COUNT = {"$schema": DIALECT, "title": "attnid count --json",
+         **_closed("The exact count of one layout.", COUNT_PROPERTIES)}
+
+VERIFY = {"$schema": DIALECT, "title": "attnid verify --json", **_closed(
+    "The exact count next to the float64 Jacobian's nullity at a seeded random point.", {
+        **COUNT_PROPERTIES,
+        "numeric_unidentified": {**_INT, "description": "the nullity the rank rule decided"},
+        "matches": {"type": ["boolean", "null"], "description": "clear and equal to the exact count (null: no exact count)"},
+        "rank": _INT,
+        "clear": {"type": "boolean", "description": "whether the rank rule's gap decided the rank"},
+        "smallest_kept": {"type": ["number", "null"], "description": "smallest kept singular value, relative"},
+        "largest_dropped": {"type": ["number", "null"], "description": "largest dropped singular value, relative"},
+        "gap": {"type": ["number", "null"], "description": "smallest_kept / largest_dropped"},
+        "jacobian_rows": _INT,
+        "seq_len": _INT,
+        "n_inputs": _INT,
+        "seed": _INT,
+        "method": {"type": "string", "description": "the route that decided: structured, certificate, svd, ..."},
+    })}
+
+_GROUP = _closed("One type of layer of the model.", {
+    "layer_type": {"type": "string"},
+    "layers": _INT,
+    "attention": {"type": "boolean", "description": "whether the layers are counted (softmax attention of a known family)"},
+    "layout": {"type": "string", "description": "the layout in words, or what the layers are"},
+    "layout_fields": {"type": ["object", "null"]},
+    "parameters_per_layer": _INT_OR_NULL,
+    "unidentified_per_layer": _INT_OR_NULL,
+    "ratio": _RATIO,
+    "breakdown": _COUNTS,
+    "weakly_identified_per_layer": _INT_OR_NULL,
+    "note": {"type": "string"},
+})
+
+CONFIG = {"$schema": DIALECT, "title": "attnid count --config PATH --json", **_closed(
+    "A model's attention layers, by type, from its Hugging Face config.json.", {
+        "config": {"type": "string", "description": "the file read"},
+        "model_type": {"type": "string"},
+        "layers": _INT,
+        "layers_counted": _INT,
+        "groups": {"type": "array", "items": _GROUP},
+        "parameters_all_layers": _INT,
+        "unidentified_all_layers": _INT_OR_NULL,
+        "ratio": _RATIO,
+        "weakly_identified_all_layers": _INT,
+        "ignored": {"type": "array", "items": _closed("A field that does not enter the counts, and why.", {
+            "field": {"type": "string"}, "value": {}, "why": {"type": "string"}})},
+        "not_attention_fields": {"type": "array", "items": {"type": "string"}},
+    })}
+
+_MODEL = _closed("One published model of the census.", {
+    "model": {"type": "string"},
+    "name": {"type": "string"},
+    "layers": _INT,
+    "layout": {"type": "string"},
+    "parameters_per_layer": _INT,
+    "parameters_all_layers": _INT,
+    "unidentified_per_layer": _INT_OR_NULL,
+    "unidentified_all_layers": _INT_OR_NULL,
+    "weakly_identified_per_layer": _INT,
+    "ratio": _RATIO,
+    "plain_mha_ratio": _RATIO,
+    "biases": {"type": "object", "additionalProperties": {"type": "string"}},
+    "uncovered": {"type": "object", "additionalProperties": {"type": "string"}},
+    "source": {"type": "string"},
+    "window": {"type": ["integer", "null"]},
+    "chunk": {"type": ["integer", "null"]},
+    "masked_layers": _INT,
+    "qk_norm": {"type": "string"},
+    "qk_norm_eps": {"type": ["number", "null"]},
+}, optional=("weakly_identified_per_layer", "window", "chunk", "masked_layers", "qk_norm", "qk_norm_eps"))
+
+CENSUS = {"$schema": DIALECT, "title": "attnid census --json",
+          **_closed("Published layouts and their counts.", {"models": {"type": "array", "items": _MODEL}})}
+
+SCHEMAS: dict[str, dict[str, Any]] = {"count": COUNT, "verify": VERIFY, "count --config": CONFIG, "census": CENSUS}
