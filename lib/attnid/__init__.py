@@ -31,7 +31,7 @@ The engine lives at the top; families, Hugging Face models and training are sub-
 ``toy``          chapter 1's warm-up models (a product of scalars, a factored linear map)
 ``runtime``      seeded random generators
 ``census``       published layouts (architectures.yaml) and their counts; ``census_file`` reads such files
-``cli``          the ``attnid`` command: count, verify, census
+``cli``          the ``attnid`` command: count, verify, census; ``schemas`` the JSON Schemas of its ``--json``
 ``families``     one module per attention family (mha, gated, alibi, relbias, mla, ...); the front door
                  (``attnid.count``, ``verify``, ``forward``, ``init_params``, ``estimate``) for a layout of any family
 ``hf``           Hugging Face configs (``hf.config``) and cross-checks against transformers modules
