@@ -3,7 +3,7 @@
 
 For each kernel (forward, forward with tangent, the two backward kernels, and those two with the
 tangent of the backward pass: second order), head width and
-dtype, this compiles the kernel with the tile configuration `attnid.kernels.flash.tiles`
+dtype, this compiles the kernel with the tile configuration `attnid.kernels.launch.tiles`
 picks, through Triton's own compiler and the ptxas it ships, and reads the shared memory the
 compiled kernel needs. An H100 or H200 block may use at most 227 KiB. A kernel over that
 limit would fail to launch on the GPU. This check catches that here, on a machine without a GPU.
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from attnid.kernels import flash
+    from attnid.kernels import flash, launch
 
     kernels = {"forward": (flash._forward_kernel, {"HAS_SINK": True, "TANGENT": False}),
                "tangent": (flash._forward_kernel, {"HAS_SINK": True, "TANGENT": True}),
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel, flags = kernels[kind]
         for dtype in args.dtypes:
             for width in args.widths:
-                block_m, block_n, warps, stages = flash.tiles(kind, width, 4 if dtype == "fp32" else 2, masked)
+                block_m, block_n, warps, stages = launch.tiles(kind, width, 4 if dtype == "fp32" else 2, masked)
                 consts = {"D": width, "DV": width, "D_PAD": width, "DV_PAD": width, "R": width, "CAUSAL": True,
                           "HAS_MASK": masked, "HAS_LENGTHS": masked,
                           "PRECISION": "ieee" if dtype == "fp32" else None, "BLOCK_M": block_m, "BLOCK_N": block_n, **flags}

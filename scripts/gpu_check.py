@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_cases(cases, workers, args.smoke)
     failures = [r for r in rows if not r[-1]]
     from attnbook.provenance import write_csv
-    from attnid.kernels import api, check, flash, reference  # noqa: F401 - loaded here so that the sidecar records their hashes
+    from attnid.kernels import api, arguments, check, flash, launch, reference  # noqa: F401 - loaded here so that the sidecar records their hashes
 
     name = bench.device_slug(device)
     path = write_csv(f"bench/correctness_{name}.csv", HEADER, rows, notebook=SCRIPT,

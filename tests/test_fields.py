@@ -13,7 +13,7 @@ from attnid.census import load_layouts
 from attnid.cli import main
 from attnid.fields import FIELDS, MAX_WIDTH, check, rope_columns, show
 from attnid.hf.config import count_config
-from attnid.kernels.api import check_inputs
+from attnid.kernels.arguments import check_inputs
 from attnid.spec import AttentionSpec
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}

@@ -2,7 +2,7 @@
 
 On a machine without CUDA the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set in
 conftest.py before the kernel module is first imported): float32, small shapes. Every kernel
-output is allocated full of NaN first (``flash.check_hooks(poison=True)``), so an element a
+output is allocated full of NaN first (``launch.check_hooks(poison=True)``), so an element a
 kernel fails to write fails the comparison instead of passing with stale memory. The tolerance
 rule is the harness's (``attnid.kernels.check``): scaled error <= TOL = 2e-5.
 """
@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from attnid.kernels import attention, check, flash, reference_attention
+from attnid.kernels import attention, check, launch, reference_attention
 from attnid.kernels.check import TOL, Case, case_errors, scaled_error
 
 pytestmark = pytest.mark.slow  # `make test-fast` skips this file: subprocesses or Triton's interpreter
@@ -59,7 +59,7 @@ def case_id(case: Case) -> str:
 @pytest.fixture(autouse=True)
 def poison() -> None:
     """NaN-filled outputs, and 16 x 16 tiles so that even short sequences span several blocks."""
-    with flash.check_hooks(poison=True, block=(check.CHECK_TILE, check.CHECK_TILE)):
+    with launch.check_hooks(poison=True, block=(check.CHECK_TILE, check.CHECK_TILE)):
         yield
 
 
@@ -93,7 +93,7 @@ def test_output_gradients_and_tangents_match_float64(case: Case, gen: torch.Gene
 @pytest.mark.parametrize("case", [C(200, 4, 2, True, 1.0, True, 64, 64), C(150, 2, 1, False, 0.25, False, 128, 128)],
                          ids=case_id)
 def test_the_gpu_tiles(case: Case, gen: torch.Generator) -> None:
-    """The tile sizes of flash.TILES (the ones a GPU runs), over several blocks with ragged tails."""
+    """The tile sizes of launch.TILES (the ones a GPU runs), over several blocks with ragged tails."""
     errors = case_errors(case, gen, device=DEVICE, tile=None)
     assert all(e <= TOL for e in errors.values()), errors
 

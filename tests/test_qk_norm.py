@@ -5,6 +5,8 @@ import json
 import pytest
 import torch
 
+from attnid import balancing as bal
+
 from attnid import symmetry as sym
 from attnid.checks import invariance_error, key_bias_gradient_ratio, off_orbit_change
 from attnid.cli import main
@@ -192,9 +194,9 @@ def test_gl_moves_and_key_bias_shift_are_refused(gen: torch.Generator) -> None:
     with pytest.raises(ValueError, match="inside the norm"):
         sym.shift_key_bias(params, spec, torch.ones(2, 4))
     with pytest.raises(ValueError, match="without a QK-norm"):
-        sym.balance(params, spec)
+        bal.balance(params, spec)
     with pytest.raises(ValueError, match="without a QK-norm"):
-        sym.conserved_quantities(params, spec)
+        bal.conserved_quantities(params, spec)
 
 
 def test_the_key_bias_is_alive_inside_the_norm() -> None:

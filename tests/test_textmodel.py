@@ -7,6 +7,8 @@ import hashlib
 import pytest
 import torch
 
+from attnid import balancing as bal
+
 from attnid import symmetry as sym
 from attnid.train import textmodel as tm
 from attnid.layer import forward
@@ -109,7 +111,7 @@ def test_a_symmetry_of_one_layer_leaves_the_model_unchanged(layer: int) -> None:
     tokens = torch.randint(0, 256, (3, 12), generator=gen)
     assert torch.allclose(tm.logits(new, tokens, SMALL), tm.logits(params, tokens, SMALL), rtol=0, atol=1e-10)
     # balancing is a move along the orbit too
-    balanced = sym.balance(attn, SMALL.attention)
+    balanced = bal.balance(attn, SMALL.attention)
     new = dict(params, **{tm.attention_prefix(layer) + n: p for n, p in balanced.items()})
     assert torch.allclose(tm.logits(new, tokens, SMALL), tm.logits(params, tokens, SMALL), rtol=0, atol=1e-10)
 
@@ -147,12 +149,12 @@ def test_drift_beyond_decay_is_zero_for_pure_shrinking() -> None:
     params = tm.init_model(SMALL, torch.Generator().manual_seed(5), torch.float64)
     attn = tm.layer_attention(params, 0)
     shrunk = {n: 0.9 * p for n, p in attn.items()}
-    start_c, now_c = sym.conserved_quantities(attn, SMALL.attention), sym.conserved_quantities(shrunk, SMALL.attention)
+    start_c, now_c = bal.conserved_quantities(attn, SMALL.attention), bal.conserved_quantities(shrunk, SMALL.attention)
     from attnid.train.training import conservation_drift
 
     assert max(conservation_drift(tuple(0.81 * c for c in start_c), now_c, 1.0)) < 1e-12
     assert min(conservation_drift(start_c, now_c, 1.0)) > 1e-3
-    g0, g1 = sym.grams(attn, SMALL.attention), sym.grams(shrunk, SMALL.attention)
+    g0, g1 = bal.grams(attn, SMALL.attention), bal.grams(shrunk, SMALL.attention)
     assert max(tm.gram_drift(g0, g1, SMALL.attention, 1.0, scale=0.81)) < 1e-12
 
 

@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from attnid import balancing as bal
+
 from attnid import symmetry as sym
 from attnid.train import training as T
 from attnid.jacobian import flatten, unflatten
@@ -49,22 +51,22 @@ def test_share_is_one_inside_the_tangent_space_and_zero_across(spec: AttentionSp
 @pytest.mark.parametrize("spec", LAYOUTS, ids=lambda s: s.describe())
 def test_balancing_keeps_the_function_and_zeroes_the_conserved_quantities(spec: AttentionSpec, gen: torch.Generator) -> None:
     params = moved_point(spec, gen)
-    balanced = sym.balance(params, spec)
+    balanced = bal.balance(params, spec)
     x = torch.randn(3, 7, spec.d_model, generator=gen, dtype=torch.float64)
     y = forward(params, x, spec)
     assert (forward(balanced, x, spec) - y).abs().max() < 1e-12 * y.abs().max()
-    c_qk, c_vo = sym.conserved_quantities(balanced, spec)
+    c_qk, c_vo = bal.conserved_quantities(balanced, spec)
     assert c_qk.abs().max() < 1e-10 and c_vo.abs().max() < 1e-10
-    before_qk, _ = sym.conserved_quantities(params, spec)
+    before_qk, _ = bal.conserved_quantities(params, spec)
     assert before_qk.abs().max() > 1e-2  # the test point was not balanced to begin with
     assert T.squared_norm(balanced) < T.squared_norm(params)  # the balanced point has the least norm on the orbit
-    assert T.squared_norm(sym.balance(balanced, spec)) == pytest.approx(T.squared_norm(balanced), rel=1e-12)
+    assert T.squared_norm(bal.balance(balanced, spec)) == pytest.approx(T.squared_norm(balanced), rel=1e-12)
 
 
 def test_balanced_point_is_the_least_norm_point_nearby(gen: torch.Generator) -> None:
     """Small moves along the orbit from the balanced point only add norm."""
     spec = LAYOUTS[0]
-    balanced = sym.balance(moved_point(spec, gen), spec)
+    balanced = bal.balance(moved_point(spec, gen), spec)
     for _ in range(5):
         nearby = sym.apply_group(balanced, spec, sym.random_group_element(spec, gen, scale=0.05))
         assert T.squared_norm(nearby) > T.squared_norm(balanced)
@@ -78,10 +80,10 @@ def test_conserved_quantities_are_invariant_under_gradient_flow_to_first_order(g
     problem.loss(params).backward()
     attn = {n.removeprefix("attn."): p.detach() for n, p in params.items()}
     grads = {n.removeprefix("attn."): p.grad for n, p in params.items()}
-    c0 = sym.conserved_quantities(attn, spec)
+    c0 = bal.conserved_quantities(attn, spec)
     changes = []
     for eps in (1e-3, 1e-4):
-        c1 = sym.conserved_quantities({n: attn[n] - eps * grads[n] for n in attn}, spec)
+        c1 = bal.conserved_quantities({n: attn[n] - eps * grads[n] for n in attn}, spec)
         changes.append(sum(float((b - a).norm()) for a, b in zip(c0, c1, strict=True)))
     assert changes[1] < changes[0] / 50  # quadratic in eps: a factor 10 in eps gives ~100 in the change
 
@@ -172,8 +174,8 @@ def test_a_balanced_run_whose_factors_collapsed_stops_as_diverged_instead_of_rai
     spec = AttentionSpec.create(4, 2)
     params = init_params(spec, torch.Generator().manual_seed(0), dtype=torch.float64)
     params["W_V"][..., 1] = params["W_V"][..., 0]  # two equal columns: the value factor has dependent columns
-    with pytest.raises(sym.SingularGramError):
-        sym.balancing_element(params, spec)
+    with pytest.raises(bal.SingularGramError):
+        bal.balancing_element(params, spec)
     teacher, student = AttentionSpec.create(8, 2), T.student_spec(8, [4, 4, 0.0, "none"])
     cpu = torch.device("cpu")
     problem = T.teacher_student(teacher, student, seed=3, dtype=torch.float64, device=cpu, backend="reference")

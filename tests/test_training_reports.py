@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from attnbook.reports import real_text as RT
+from attnbook.reports import real_text_rebalancing as RTB
 from attnbook.reports import training as TR
+from attnbook.reports import key_bias as KB
+from attnbook.reports import sweep as SW
 
 # ---------------------------------------------------------------- chapter 11
 
@@ -89,8 +92,8 @@ def test_separated_means_every_other_optimiser_above_sgds_largest():
 
 
 def test_key_bias_settings_are_named_as_the_experiment_names_them():
-    assert TR.kb_setting("adamw", 0.01, 0.5) == "adamw lr=0.01 decay=0.5"
-    assert TR.kb_setting("sgd", 0.5, sink=True) == "sgd lr=0.5 decay=0 sink"
+    assert KB.kb_setting("adamw", 0.01, 0.5) == "adamw lr=0.01 decay=0.5"
+    assert KB.kb_setting("sgd", 0.5, sink=True) == "sgd lr=0.5 decay=0 sink"
 
 
 # ---------------------------------------------------------------- chapter 13
@@ -121,7 +124,7 @@ def test_rebalancing_verdict_follows_the_interval():
     run = {"SEEDS": list(range(8)), "STEPS": 10, "TIE_NATS": 1e-3}
     val = {(arm, s): {0: 3.0, 10: 2.0 - (0.1 if arm == "balanced" else 0.0) + 0.01 * s}
            for arm in ("plain", "balanced") for s in range(8)}
-    found, s = RT.rebalance_findings(val, run, RT.Bootstrap(resamples=200))
+    found, s = RTB.rebalance_findings(val, run, RT.Bootstrap(resamples=200))
     assert s.median_difference == pytest.approx(-0.1) and s.wins == 8
     assert found["rt-rb-verdict"] == "lies below zero (balanced lower)" and found["rt-diverged"] == 0
     assert found["rt-rb-rel"] == pytest.approx(np.median([-0.1 / (2.0 + 0.01 * s) for s in range(8)]))
@@ -131,13 +134,13 @@ def test_the_long_pair_and_the_plateau_rule():
     run = {"SEEDS": [0, 1, 2], "STEPS": 10, "LONG_STEPS": 40, "PLATEAU_WINDOW": 20, "PLATEAU_NATS": 0.02, "TIE_NATS": 1e-3}
     val = {("long-plain", s): {10: 3.0, 20: 2.0, 30: 1.995, 40: 1.99} for s in range(3)}
     val |= {("long-balanced", s): {t: v + 0.1 for t, v in val["long-plain", s].items()} for s in range(3)}
-    found, s = RT.rebalance_findings(val, run, RT.Bootstrap(resamples=200), long=True)
+    found, s = RTB.rebalance_findings(val, run, RT.Bootstrap(resamples=200), long=True)
     assert found["rt-long-rb-median"] == pytest.approx(0.1) and found["rt-long-rb-losses"] == 3
-    plateau = RT.plateau_findings(val, run)
+    plateau = RTB.plateau_findings(val, run)
     assert plateau["rt-plateau-fall"] == pytest.approx(0.01) and plateau["rt-plateau-reached"]
-    assert not RT.plateau_findings(val, run | {"PLATEAU_NATS": 0.005})["rt-plateau-reached"]
+    assert not RTB.plateau_findings(val, run | {"PLATEAU_NATS": 0.005})["rt-plateau-reached"]
     with pytest.raises(ValueError, match="multiple"):
-        RT.plateau_findings(val, run | {"PLATEAU_WINDOW": 25})
+        RTB.plateau_findings(val, run | {"PLATEAU_WINDOW": 25})
 
 
 def _drift_rows(arm: str, seed: int, ratio: float, vo: float | None = None) -> list[dict]:
@@ -193,34 +196,34 @@ def test_the_rate_width_sweep_locates_each_stability_edge():
     rows = [_sweep_row(8, "adam", lr, s, 0.25 * (1 + s), "3" if lr == 1.0 and s == 1 else "") for lr in (0.1, 0.5, 1.0, 2.0)
             for s in range(2)]
     rows += [_sweep_row(16, "adam", lr, s, 0.1) for lr in (0.1, 0.5, 1.0, 2.0) for s in range(2)]
-    cells = TR.sweep_cells(rows)
+    cells = SW.sweep_cells(rows)
     assert [c.unstable for c in cells[:4]] == [0, 0, 1, 0]
     assert cells[0].ratios.tolist() == pytest.approx([0.5, 1.0])
     # the edge is the first rate where a seed was unstable, whatever happens above it
-    assert TR.stability_edges(cells) == {(8, "adam"): (0.5, 1.0), (16, "adam"): (2.0, None)}
-    found = TR.sweep_findings(cells)
+    assert SW.stability_edges(cells) == {(8, "adam"): (0.5, 1.0), (16, "adam"): (2.0, None)}
+    found = SW.sweep_findings(cells)
     assert found["sweep-edges-found"] == 1 and found["sweep-adam-min"] == pytest.approx(0.2)
     # the largest change of a stable cell's median ratio from leaving the first step out: (1 - 0.9) x 0.75 at d = 8
     assert found["sweep-first-step-change"] == pytest.approx(0.075) and found["sweep-adamw-above"] == 0
-    table = TR.sweep_markdown(cells)
+    table = SW.sweep_markdown(cells)
     assert "| Adam | 1 | 0.5 (1/2 unstable) | 0.2 |" in table and table.splitlines()[0] == "| optimiser | rate | d = 8 | d = 16 |"
 
 
 def test_a_loss_spike_counts_as_unstable_though_the_loss_stays_finite():
     # Adam's step is bounded, so its loss spikes instead of overflowing: the rule catches both
-    spike = TR.SPIKE
+    spike = SW.SPIKE
     rows = [_sweep_row(8, "adam", 0.1, 0, 0.2, max_loss=spike * 0.99), _sweep_row(8, "adam", 0.4, 0, 0.2, max_loss=spike * 1.01),
             _sweep_row(8, "adam", 1.6, 0, 0.2, diverged="7", max_loss=float("inf"))]
-    assert [TR.unstable_run(r) for r in rows] == [False, True, True]
-    cells = TR.sweep_cells(rows)
-    assert TR.stability_edges(cells) == {(8, "adam"): (0.1, 0.4)}
+    assert [SW.unstable_run(r) for r in rows] == [False, True, True]
+    cells = SW.sweep_cells(rows)
+    assert SW.stability_edges(cells) == {(8, "adam"): (0.1, 0.4)}
     assert [c.ratios.size for c in cells] == [1, 0, 0]
 
 
 def test_the_spike_threshold_is_a_parameter_of_the_rule():
     row = _sweep_row(8, "adam", 0.4, 0, 0.2, max_loss=5.0)
-    assert not TR.unstable_run(row) and TR.unstable_run(row, spike=2.0)
-    assert TR.sweep_cells([row], spike=2.0)[0].unstable == 1
+    assert not SW.unstable_run(row) and SW.unstable_run(row, spike=2.0)
+    assert SW.sweep_cells([row], spike=2.0)[0].unstable == 1
 
 def test_the_gpu_configuration_makes_the_stated_number_of_passes():
     params = RT.gpu_parameters(train_bytes=1_000_000)
@@ -236,10 +239,10 @@ def test_the_gpu_configuration_makes_the_stated_number_of_passes():
 @pytest.mark.parametrize("betas", [(0.9, 0.999), (0.9, 0.95), (0.5, 0.9)])
 def test_adams_step_on_the_extremal_gradients_meets_the_bound(betas):
     b1, b2 = betas
-    steps = TR.adam_update_sizes(TR.adam_extremal_gradients(b1, b2, 400), b1, b2)
+    steps = KB.adam_update_sizes(KB.adam_extremal_gradients(b1, b2, 400), b1, b2)
     assert steps[0] == pytest.approx(1.0, rel=1e-12)  # the first step is the sign
-    assert steps[-1] == pytest.approx(TR.adam_step_bound(b1, b2, 400), rel=1e-9)
-    assert steps[-1] < TR.adam_step_bound(b1, b2)
+    assert steps[-1] == pytest.approx(KB.adam_step_bound(b1, b2, 400), rel=1e-9)
+    assert steps[-1] < KB.adam_step_bound(b1, b2)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -247,21 +250,21 @@ def test_no_gradient_sequence_beats_the_bound(seed):
     rng = np.random.default_rng(seed)
     b1, b2 = 0.9, 0.999
     grads = rng.standard_normal(300) * np.exp(rng.uniform(-5, 5, 300))  # wildly varying sizes and signs
-    steps = TR.adam_update_sizes(grads, b1, b2)
-    bounds = np.array([TR.adam_step_bound(b1, b2, t) for t in range(1, 301)])
+    steps = KB.adam_update_sizes(grads, b1, b2)
+    bounds = np.array([KB.adam_step_bound(b1, b2, t) for t in range(1, 301)])
     assert np.all(steps <= bounds * (1 + 1e-12))
 
 
 def test_the_bound_rises_to_its_supremum_and_bad_betas_are_refused():
     b1, b2 = 0.9, 0.999
-    bounds = [TR.adam_step_bound(b1, b2, t) for t in (1, 10, 100, 1000, 10_000, 100_000)]
+    bounds = [KB.adam_step_bound(b1, b2, t) for t in (1, 10, 100, 1000, 10_000, 100_000)]
     assert bounds == sorted(bounds) and bounds[0] == pytest.approx(1.0)
-    assert bounds[-1] == pytest.approx(TR.adam_step_bound(b1, b2), rel=1e-12)
-    assert TR.adam_step_bound(b1, b2) > (1 - b1) / (1 - b2) ** 0.5  # Kingma and Ba's rough bound can be exceeded
+    assert bounds[-1] == pytest.approx(KB.adam_step_bound(b1, b2), rel=1e-12)
+    assert KB.adam_step_bound(b1, b2) > (1 - b1) / (1 - b2) ** 0.5  # Kingma and Ba's rough bound can be exceeded
     with pytest.raises(ValueError, match="beta1"):
-        TR.adam_step_bound(0.99, 0.9)
+        KB.adam_step_bound(0.99, 0.9)
     with pytest.raises(ValueError, match="count from 1"):
-        TR.adam_step_bound(b1, b2, 0)
+        KB.adam_step_bound(b1, b2, 0)
 
 
 

@@ -16,11 +16,12 @@ The engine lives at the top; families, Hugging Face models and training are sub-
 ``normalise``    causal mask, softmax, sink and sigmoid: scores to attention weights, in one place
 ``layer``        the reference attention layer: parameter shapes, random points, ``forward``
 ``counts``       exact counts of unidentified parameters (``count``), QK-norm and sliding windows included
-``symmetry``     the symmetry group: moves, orbit tangent, conserved quantities, balancing
+``symmetry``     the symmetry group: moves and the orbit's tangent; ``balancing`` conserved quantities, balancing
 ``rank``         the rank-decision rule: the one place that decides which singular values are zero
 ``jacobian``     Jacobians with respect to all parameters, and their rank without holding all of J
 ``certify``      certified rank decisions (Gram matrix and Cholesky bounds) instead of a full SVD
-``structured``   the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers)
+``structured``   the certificate's Gram matrix from the layer's structure (verify's fast route, wide layers);
+                 ``gram_blocks`` one block of it
 ``verification`` the multi-head check: exact count next to the Jacobian's nullity at a random point, certificates
 ``budget``       what a check draws and needs: default input sizes, argument checks, peak-memory estimates
 ``ballcert``     rank proofs of the true Jacobian in ball arithmetic (python-flint): the rigorous certificate
@@ -31,6 +32,7 @@ The engine lives at the top; families, Hugging Face models and training are sub-
 ``toy``          chapter 1's warm-up models (a product of scalars, a factored linear map)
 ``runtime``      seeded random generators
 ``census``       published layouts (architectures.yaml) and their counts; ``census_file`` reads such files
+                 (``strict_yaml``: YAML from an untrusted file)
 ``cli``          the ``attnid`` command: count, verify, census; ``schemas`` the JSON Schemas of its ``--json``
 ``families``     one module per attention family (mha, gated, alibi, relbias, mla, ...); the front door
                  (``attnid.count``, ``verify``, ``forward``, ``init_params``, ``estimate``) for a layout of any family

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnid import structured
+from attnid import gram_blocks, structured
 from attnid.counts import Count, count, sink_corner_trade
 from attnid.spec import AttentionSpec
 
@@ -269,7 +269,7 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
                                                     it) and the L factors; twice: the inputs' factors and
                                                     their joined copy are alive together
         input    = 4 H n^2 d + 2 n H (d + 1) d_k d   one input's U, rotated keys and queries, W_K rows
-        chunks   = min(4 * structured.CHUNK_ELEMENTS, 2 (gram + blocks + factors))   the chunked temporaries
+        chunks   = min(4 * gram_blocks.CHUNK_ELEMENTS, 2 (gram + blocks + factors))   the chunked temporaries
         orbit    = 3 u P                            the generators, flattened and stacked
 
     and bytes = ESTIMATE_FIRST_USE_BYTES + ESTIMATE_SAFETY F + min(F, ESTIMATE_HEAP_SLACK_CAP) with
@@ -300,7 +300,7 @@ def _structured_estimate(spec: AttentionSpec, seq_len: int, n_inputs: int, gener
              "factors": 2 * tokens * (query + key + 4 * h * (d + 1)),
              "input": 4 * h * n * n * d + 2 * n * h * (d + 1) * dk * d, "orbit": 3 * generators * p}
     # the chunked temporaries: at most 4 chunks, and never more than twice what they are cut from
-    terms["chunks"] = min(4 * structured.CHUNK_ELEMENTS, 2 * (terms["gram"] + terms["blocks"] + terms["factors"]))
+    terms["chunks"] = min(4 * gram_blocks.CHUNK_ELEMENTS, 2 * (terms["gram"] + terms["blocks"] + terms["factors"]))
     floats_bytes = FLOAT64_BYTES * sum(terms.values())
     total_bytes = (ESTIMATE_FIRST_USE_BYTES + math.ceil(ESTIMATE_SAFETY * floats_bytes)
                    + min(floats_bytes, ESTIMATE_HEAP_SLACK_CAP))

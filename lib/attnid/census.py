@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnid import families
-from attnid.census_file import DEFAULT_CAUSAL, MAX_FILE_BYTES, SHIPPED, UNCOVERED, ModelEntry, load_layouts, parse_layout
+from attnid.strict_yaml import MAX_FILE_BYTES
+from attnid.census_file import DEFAULT_CAUSAL, SHIPPED, UNCOVERED, ModelEntry, load_layouts, parse_layout
 from attnid.counts import Count, count
 from attnid.spec import AttentionSpec
 

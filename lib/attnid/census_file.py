@@ -22,16 +22,12 @@ bool (``"no"``, ``0``, ``null``) is refused rather than guessed at.
 
 from __future__ import annotations
 
-import datetime
-import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from attnid.fields import FIELDS, rope_columns, shown_path
+from attnid.fields import FIELDS, rope_columns
 from attnid.families.alibi import AlibiSpec
 from attnid.families.gated import GatedSpec
 from attnid.layout import Layout
@@ -39,6 +35,7 @@ from attnid.families.mla import HF_LATENT_NORM_EPS, MLASpec
 from attnid.families.relbias import T5_MAX_DISTANCE, RelativeBiasSpec
 from attnid.normalise import NORMS
 from attnid.spec import DEFAULT_QK_NORM_EPS, QK_NORMS, AttentionSpec, parse_bias
+from attnid.strict_yaml import place, quoted, read_yaml, show
 
 SHIPPED = Path(__file__).with_name("architectures.yaml")
 # Files this module reads: a record of what results built on it depend on (see attnbook.provenance).
@@ -59,11 +56,9 @@ UNCOVERED = {
 RELATIVE_BIAS_KEYS = ("buckets", "max_distance", "every_layer")  # a relative_bias block (attnid.families.relbias)
 GATES = ("none", "elementwise", "headwise")  # output gates (attnid.families.gated): none, one per value coordinate, one per head
 
-MAX_FILE_BYTES = 2**20
 """Layout files larger than this are refused before parsing. The shipped file (20 models, with notes and sources) is
 about 7 kB, so 1 MiB holds some two thousand layouts; and since anchors and aliases are refused, what the parser
 builds grows only with the file, so the cap bounds it too: a 1 MiB file of layouts loads in about 2 s and 60 MB."""
-MAX_DEPTH = 8  # nesting the schema needs: top level, models, entry, transformers_check, fields, plus slack
 MAX_INT = 2**31 - 1  # widths, heads and layers above this are no real model, and would only inflate the counts
 TOP_LEVEL = ("models",)
 CHECK_KEYS = ("config", "fields")  # a transformers_check: the config class, and the attributes its defaults must have
@@ -116,111 +111,20 @@ class ModelEntry:
         return all(u == "sliding_window" for u in self.uncovered)
 
 
-class _Refused(yaml.MarkedYAMLError):
-    """Valid YAML that a layout file may not use (anchors, aliases, merge keys, duplicate keys, deep nesting)."""
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors, aliases, merge keys, duplicate keys and nesting deeper than MAX_DEPTH.
-
-    Aliases are what make a billion-laughs file tiny on disk and huge once expanded; a layout file has no use for
-    them, so they are refused when composed, before any value is built. The pure-Python loader is used on purpose:
-    the C loader composes in C, out of reach of these checks.
-    """
-
-    _depth = 0
-
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise _Refused(None, None, f"alias *{event.anchor[:40]}: a layout file may not use anchors or aliases",
-                           event.start_mark)
-        if getattr(event, "anchor", None) is not None:
-            raise _Refused(None, None, f"anchor &{event.anchor[:40]}: a layout file may not use anchors or aliases",
-                           event.start_mark)
-        if self._depth >= MAX_DEPTH:
-            raise _Refused(None, None, f"nested deeper than {MAX_DEPTH} levels; a layout file needs at most 5",
-                           event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def flatten_mapping(self, node):  # noqa: ANN001, ANN201
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise _Refused(None, None, "merge key <<: a layout file may not use merge keys; write each field out",
-                               key_node.start_mark)
-        super().flatten_mapping(node)
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:  # unhashable: construct_mapping says so, with its position
-                continue
-            if duplicate:
-                raise _Refused(None, None, f"duplicate key {_quoted(key)}: each key may appear once in a mapping",
-                               key_node.start_mark)
-
-    def construct_object(self, node, deep=False):  # noqa: ANN001, ANN201
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, TypeError, OverflowError) as exc:  # a date such as 2020-13-45, a 5000-digit integer
-            why = str(exc).split(": ")[0]
-            raise _Refused(None, None, f"cannot read value {_show(str(node.value))} ({why})", node.start_mark) from None
-
-
-def _show(value: Any) -> str:
-    """A value as a short YAML-like phrase for an error message (never more than one line)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value) if abs(value) < 10**40 else "an integer of more than 40 digits"
-    if isinstance(value, float):
-        return ".nan" if value != value else (".inf" if value == math.inf else "-.inf" if value == -math.inf
-                                               else repr(value))
-    if isinstance(value, str):
-        text = json.dumps(value)
-        return text if len(text) <= 60 else text[:56] + '..."'
-    names = {list: "a list", dict: "a mapping", bytes: "bytes", set: "a set", datetime.datetime: "a timestamp",
-             datetime.date: "a date"}
-    return names.get(type(value), f"a {type(value).__name__}")
-
-
-def _quoted(key: Any, limit: int = 60) -> str:
-    """A key as Python quotes it ('m'), cut short so that a hostile key cannot make a long message."""
-    text = repr(key) if isinstance(key, str) else _show(key)
-    return text if len(text) <= limit else text[:limit - 4] + "...'"
-
-
 def _listed(keys: Any) -> str:
     """Unknown keys, sorted and joined, at most 200 characters."""
-    text = ", ".join(sorted(k if isinstance(k, str) else _show(k) for k in keys))
+    text = ", ".join(sorted(k if isinstance(k, str) else show(k) for k in keys))
     return text if len(text) <= 200 else text[:196] + " ..."
 
 
-def _where(path: Path | None, key: str | None = None, name: str | None = None) -> str:
-    parts = [f"census file {shown_path(path)!r}"] if path is not None else []
-    if key is not None:
-        parts.append(f"layout {_quoted(key)}")
-    if name is not None:
-        parts.append(f"field {_quoted(name)}")
-    return ", ".join(parts)
-
-
 def _entry_error(key: str, message: str, name: str | None = None, path: Path | None = None) -> ValueError:
-    return ValueError(f"{_where(path, key, name)}: {message}")
+    return ValueError(f"{place(path, key, name)}: {message}")
 
 
 def _schema(name: str, value: Any, fail: Any) -> Any:
     """``value`` checked by the field schema (attnid.fields), its message under the entry's location."""
     try:
-        return FIELDS[name].check(value, _show)
+        return FIELDS[name].check(value, show)
     except (TypeError, ValueError) as exc:
         raise fail(name, str(exc)) from None
 
@@ -239,17 +143,17 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         raise fail(None, f"missing field(s) {', '.join(missing)}")
     value = entry["layers"]
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
-        raise fail("layers", f"must be an integer from 1 to {MAX_INT:,}, got {_show(value)}")
+        raise fail("layers", f"must be an integer from 1 to {MAX_INT:,}, got {show(value)}")
     for name in ("d_model", "heads", "kv_heads", "head_dim", "v_head_dim"):
         _schema(name, entry.get(name, 1), fail)
     if entry["heads"] % entry["kv_heads"]:
         raise fail("kv_heads", f"must divide heads {entry['heads']}, got {entry['kv_heads']}")
     for name in ("name", "notes", "source"):
         if name in entry and not isinstance(entry[name], str):
-            raise fail(name, f"must be a string, got {_show(entry[name])}")
+            raise fail(name, f"must be a string, got {show(entry[name])}")
     bias = entry.get("bias", "none")
     if not isinstance(bias, str):
-        raise fail("bias", f"must be a string: none or letters of qkvo, got {_show(bias)}")
+        raise fail("bias", f"must be a string: none or letters of qkvo, got {show(bias)}")
     try:
         parse_bias(bias)
     except ValueError as exc:
@@ -261,25 +165,25 @@ def _check_fields(key: str, entry: dict, path: Path | None) -> None:
         raise fail("rope_fraction", str(exc)) from None
     _schema("rope_base", entry.get("rope_base", 10000.0), fail)
     if not isinstance(entry.get("causal", DEFAULT_CAUSAL), bool):
-        raise fail("causal", f"must be true or false (a YAML bool), got {_show(entry['causal'])}")
+        raise fail("causal", f"must be true or false (a YAML bool), got {show(entry['causal'])}")
     norm = entry.get("norm", "softmax")
     if not isinstance(norm, str) or norm not in NORMS:
-        raise fail("norm", f"must be one of {', '.join(NORMS)}, got {_show(norm)}")
+        raise fail("norm", f"must be one of {', '.join(NORMS)}, got {show(norm)}")
     sink = entry.get("sink", "fixed")
     if not isinstance(sink, str) or sink not in ("fixed", "learned"):
-        raise fail("sink", f"must be fixed or learned, got {_show(sink)}")
+        raise fail("sink", f"must be fixed or learned, got {show(sink)}")
     if sink == "learned" and norm != "sink":
         raise fail("sink", f"learned needs norm: sink, got norm: {norm}")
     _check_modern_fields(entry, fail)
     uncovered = entry.get("uncovered", [])
     drawn = f"must be a list drawn from {', '.join(UNCOVERED)}"
     if not isinstance(uncovered, list):
-        raise fail("uncovered", f"{drawn}, got {_show(uncovered)}")
+        raise fail("uncovered", f"{drawn}, got {show(uncovered)}")
     for i, item in enumerate(uncovered, 1):
         if not isinstance(item, str) or item not in UNCOVERED:
-            raise fail("uncovered", f"{drawn}, got {_show(item)} as item {i}")
+            raise fail("uncovered", f"{drawn}, got {show(item)} as item {i}")
         if item in uncovered[:i - 1]:
-            raise fail("uncovered", f"lists {_show(item)} more than once")
+            raise fail("uncovered", f"lists {show(item)} more than once")
     if "transformers_check" in entry:
         _check_transformers_check(entry["transformers_check"], lambda m: fail("transformers_check", m))
     if "mla" in entry:
@@ -291,10 +195,10 @@ def _check_gate(entry: dict, fail: Any) -> None:
     """output_gate (none, elementwise, headwise) and gate_bias (a bool that needs a gate); no gate on latent attention."""
     gate = entry.get("output_gate", "none")
     if not isinstance(gate, str) or gate not in GATES:
-        raise fail("output_gate", f"must be one of {', '.join(GATES)}, got {_show(gate)}")
+        raise fail("output_gate", f"must be one of {', '.join(GATES)}, got {show(gate)}")
     if "gate_bias" in entry:
         if not isinstance(entry["gate_bias"], bool):
-            raise fail("gate_bias", f"must be true or false (a YAML bool), got {_show(entry['gate_bias'])}")
+            raise fail("gate_bias", f"must be true or false (a YAML bool), got {show(entry['gate_bias'])}")
         if gate == "none":
             raise fail("gate_bias", "needs an output_gate")
     if gate != "none" and "mla" in entry:
@@ -303,7 +207,7 @@ def _check_gate(entry: dict, fail: Any) -> None:
         _relative_bias(entry, lambda m: fail("relative_bias", m))
     if "alibi" in entry:
         if not isinstance(entry["alibi"], bool):
-            raise fail("alibi", f"must be true or false (a YAML bool), got {_show(entry['alibi'])}")
+            raise fail("alibi", f"must be true or false (a YAML bool), got {show(entry['alibi'])}")
         if entry["alibi"] and (entry.get("rope_fraction", 0.0) or gate != "none" or "mla" in entry
                                or entry.get("qk_norm", "none") != "none"):
             raise fail("alibi", "replaces RoPE: give rope_fraction 0, and no qk_norm, output_gate or mla block")
@@ -313,10 +217,10 @@ def _relative_bias(entry: dict, fail: Any) -> tuple[int, int, bool]:
     """A relative_bias block {buckets, max_distance (default 128), every_layer (default false)}, checked."""
     block = entry["relative_bias"]
     if not isinstance(block, dict) or set(block) - set(RELATIVE_BIAS_KEYS) or "buckets" not in block:
-        raise fail(f"must be a mapping with buckets and optionally max_distance and every_layer, got {_show(block)}")
+        raise fail(f"must be a mapping with buckets and optionally max_distance and every_layer, got {show(block)}")
     every = block.get("every_layer", False)
     if not isinstance(every, bool):
-        raise fail(f"every_layer must be true or false (a YAML bool), got {_show(every)}")
+        raise fail(f"every_layer must be true or false (a YAML bool), got {show(every)}")
     if entry.get("rope_fraction", 0.0) or entry.get("output_gate", "none") != "none" or "mla" in entry \
             or entry.get("qk_norm", "none") != "none" or entry.get("alibi", False):
         raise fail("replaces RoPE: give rope_fraction 0, and no qk_norm, output_gate, alibi or mla block")
@@ -332,7 +236,7 @@ def _check_modern_fields(entry: dict, fail: Any) -> None:
     """qk_norm, qk_norm_eps, window, window_layers, chunk, chunk_layers: types, ranges and what each needs."""
     qk_norm = entry.get("qk_norm", "none")
     if not isinstance(qk_norm, str) or qk_norm not in QK_NORMS:
-        raise fail("qk_norm", f"must be one of {', '.join(QK_NORMS)}, got {_show(qk_norm)}")
+        raise fail("qk_norm", f"must be one of {', '.join(QK_NORMS)}, got {show(qk_norm)}")
     if "qk_norm_eps" in entry:
         _schema("qk_norm_eps", entry["qk_norm_eps"], fail)
         if qk_norm == "none":
@@ -347,7 +251,7 @@ def _check_modern_fields(entry: dict, fail: Any) -> None:
             if mask not in entry:
                 raise fail(f"{mask}_layers", f"needs a {mask}")
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= entry["layers"]:
-                raise fail(f"{mask}_layers", f"must be an integer from 1 to layers ({entry['layers']}), got {_show(n)}")
+                raise fail(f"{mask}_layers", f"must be an integer from 1 to layers ({entry['layers']}), got {show(n)}")
     if "window" in entry and "chunk" in entry:
         raise fail("chunk", "give a window or chunks, not both")
 
@@ -355,7 +259,7 @@ def _check_modern_fields(entry: dict, fail: Any) -> None:
 def _check_block(block: Any, allowed: tuple[str, ...], required: tuple[str, ...], shape: str, fail: Any) -> None:
     """A nested mapping of an entry: a dict, no key outside ``allowed``, every key of ``required``."""
     if not isinstance(block, dict):
-        raise fail(f"must be a mapping {shape}, got {_show(block)}")
+        raise fail(f"must be a mapping {shape}, got {show(block)}")
     unknown = [k for k in block if k not in allowed]
     if unknown:
         raise fail(f"unknown key(s) {_listed(unknown)}; allowed: {', '.join(allowed)}")
@@ -368,23 +272,23 @@ def _check_transformers_check(check: Any, fail: Any) -> None:
     """{config: <transformers class>, fields: {attribute or attribute.key: scalar}}: what tests/test_census.py reads."""
     _check_block(check, CHECK_KEYS, CHECK_KEYS, f"with keys {' and '.join(CHECK_KEYS)}", fail)
     if not isinstance(check["config"], str) or not check["config"].isidentifier():
-        raise fail(f"config must name a transformers configuration class, got {_show(check['config'])}")
+        raise fail(f"config must name a transformers configuration class, got {show(check['config'])}")
     fields = check["fields"]
     if not isinstance(fields, dict):
-        raise fail(f"fields must be a mapping of configuration attribute -> expected value, got {_show(fields)}")
+        raise fail(f"fields must be a mapping of configuration attribute -> expected value, got {show(fields)}")
     if not fields:
         raise fail("fields must name at least one configuration attribute")
     for attr, expected in fields.items():
         if not isinstance(attr, str) or not attr:
-            raise fail(f"fields: attribute names must be non-empty strings, got {_show(attr)}")
+            raise fail(f"fields: attribute names must be non-empty strings, got {show(attr)}")
         if expected is not None and not isinstance(expected, (str, int, float)):  # bool is an int
-            raise fail(f"fields: {_quoted(attr)} must map to a string, number, bool or null, got {_show(expected)}")
+            raise fail(f"fields: {quoted(attr)} must map to a string, number, bool or null, got {show(expected)}")
 
 
 def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
     """Validate one entry of a layout file (``path``, when given, is named in any error)."""
     if not isinstance(entry, dict):
-        raise _entry_error(key, f"must be a mapping of fields, got {_show(entry)}", path=path)
+        raise _entry_error(key, f"must be a mapping of fields, got {show(entry)}", path=path)
     _check_fields(key, entry, path)
     causal = entry.get("causal", DEFAULT_CAUSAL)
     sink = entry.get("sink", "fixed")
@@ -411,50 +315,6 @@ def parse_layout(key: str, entry: Any, path: Path | None = None) -> ModelEntry:
                   if "relative_bias" in entry else None)
 
 
-def _read_yaml(path: Path) -> Any:
-    """The one YAML document of ``path``, read with ``_StrictLoader``; every failure a one-line ValueError."""
-    where = _where(path)
-    try:
-        if path.exists() and not path.is_file():  # a FIFO or a device would block or never end: regular files only
-            what = "is a directory" if path.is_dir() else "not a regular file (a pipe or a device)"
-            raise ValueError(f"{where}: cannot read: {what}")
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"{where}: larger than {MAX_FILE_BYTES} bytes, the limit for a layout file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        byte = raw[exc.start]
-        raise ValueError(f"{where}: not UTF-8 text: byte 0x{byte:02x} at line {line}, column {column}") from None
-    loader = None
-    try:
-        loader = _StrictLoader(text)  # refuses a character YAML does not allow (NUL, most controls) right here
-        return loader.get_single_data()
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        raise ValueError(f"{where}, line {line}, column {column}: not valid YAML: character #x{exc.character:04x} "
-                         f"is not allowed") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = "; ".join(p for p in (exc.context, exc.problem) if p)[:300]
-        kind = "" if isinstance(exc, _Refused) else "not valid YAML: "
-        raise ValueError(" ".join(f"{where}{at}: {kind}{what}".split())) from None
-    except yaml.YAMLError as exc:
-        raise ValueError(" ".join(f"{where}: not valid YAML: {exc}".split())) from None
-    except RecursionError:
-        raise ValueError(f"{where}: nested too deeply") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
 def load_layouts(path: Path | str = SHIPPED) -> list[ModelEntry]:
     """All layouts of a YAML file with a top-level ``models`` mapping.
 
@@ -463,12 +323,12 @@ def load_layouts(path: Path | str = SHIPPED) -> list[ModelEntry]:
     one line naming the file and, where it applies, the layout and the field (or the line and column).
     """
     path = Path(path)
-    where = _where(path)
-    data = _read_yaml(path)
+    where = place(path)
+    data = read_yaml(path)
     if data is None:
         raise ValueError(f"{where}: is empty; it needs a top-level 'models' mapping of layouts")
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: the top level must be a mapping with a 'models' key, got {_show(data)}")
+        raise ValueError(f"{where}: the top level must be a mapping with a 'models' key, got {show(data)}")
     if "models" not in data:
         raise ValueError(f"{where}: needs a top-level 'models' mapping of layouts")
     unknown = [k for k in data if k not in TOP_LEVEL]
@@ -476,12 +336,12 @@ def load_layouts(path: Path | str = SHIPPED) -> list[ModelEntry]:
         raise ValueError(f"{where}: unknown top-level key(s) {_listed(unknown)}; only 'models' is allowed")
     models = data["models"]
     if not isinstance(models, dict):
-        raise ValueError(f"{where}: 'models' must be a mapping of layout name -> fields, got {_show(models)}")
+        raise ValueError(f"{where}: 'models' must be a mapping of layout name -> fields, got {show(models)}")
     if not models:
         raise ValueError(f"{where}: 'models' must have at least one layout")
     for key in models:
         if not isinstance(key, str) or not key:
-            raise ValueError(f"{where}: layout names must be non-empty strings (quote them), got {_show(key)}")
+            raise ValueError(f"{where}: layout names must be non-empty strings (quote them), got {show(key)}")
     return [parse_layout(key, entry, path) for key, entry in models.items()]
 
 
@@ -504,7 +364,7 @@ def _mla_spec(entry: dict, fail: Any) -> MLASpec:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
             raise fail(f"{name} must be an integer in [0, {MAX_INT}]" + (" or null" if name == "q_lora_rank" else "")
-                       + f", got {_show(value)}")
+                       + f", got {show(value)}")
     if entry["kv_heads"] != entry["heads"]:
         raise fail(f"needs kv_heads = heads (one key and value per head from the latent), got kv_heads "
                    f"{entry['kv_heads']} and heads {entry['heads']}")

@@ -33,7 +33,6 @@ from typing import Any, NoReturn
 import torch
 
 from attnid import families
-from attnid.counts import Count
 from attnid.families.alibi import AlibiSpec
 from attnid.fields import FIELDS, MAX_WIDTH
 from attnid.fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
@@ -43,6 +42,7 @@ from attnid.families.relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSp
 from attnid.runtime import MAX_SEED
 from attnid.spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
 from attnid.budget import METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, default_seq_len, format_bytes
+from attnid.report import census_lines, config_lines, count_lines, count_record, verify_lines, verify_record
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
@@ -161,8 +161,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-
-
 def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
     """The layout flags; with ``config`` also --config, and --d-model and --heads are then checked in _main."""
     if config:
@@ -256,24 +254,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _census_lines(rows: list) -> list[str]:
-    header = f"{'model':14s} {'layers':>6s} {'params/layer':>13s} {'unidentified':>12s} {'ratio':>9s} {'plain MHA':>9s}  notes"
-    lines = [header]
-    for row in rows:
-        r = row.record()
-        unid = "n/a" if r["unidentified_per_layer"] is None else f"{r['unidentified_per_layer']:,}"
-        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.5f}"
-        extra = ([f"QK-norm {r['qk_norm']}"] if "qk_norm" in r else []) + (
-            [f"{'window' if r['window'] else 'chunks'} {r['window'] or r['chunk']} on {r['masked_layers']} of "
-             f"{r['layers']} layers"] if "masked_layers" in r else [])
-        notes = "; ".join([f"{k}: {v}" for k, v in r["biases"].items() if v != "identified"] + extra
-                          + [u.replace("_", " ") + ("" if u == "sliding_window" else " (not covered)")
-                             for u in r["uncovered"]])
-        lines.append(f"{r['model']:14s} {r['layers']:6d} {r['parameters_per_layer']:13,} {unid:>12s} {ratio:>9s} "
-                     f"{r['plain_mha_ratio']:9.5f}  {notes}")
-    return lines
-
-
 def run_census(args: argparse.Namespace) -> int:
     from attnid.census import SHIPPED, census, load_layouts
 
@@ -288,7 +268,7 @@ def run_census(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"models": [row.record() for row in rows]}))
     else:
-        print("\n".join(_census_lines(rows)))
+        print("\n".join(census_lines(rows)))
     return 0
 
 
@@ -326,96 +306,12 @@ def _base_spec(args: argparse.Namespace) -> AttentionSpec:
     )
 
 
-def count_record(c: Count) -> dict[str, Any]:
-    return {"layout": c.spec.to_dict(), "total": c.total, "unidentified": c.unidentified, "ratio": c.ratio,
-            "breakdown": c.breakdown, "covered": c.covered, "note": c.note,
-            "weakly_identified": c.weakly_identified}
-
-
-def _count_of(v: VerificationResult) -> Count:
-    """The exact count of the layout the check ran on (for the relative-bias family: at the check's length)."""
-    return families.count(v.spec)
-
-
-def verify_record(v: VerificationResult, seed: int) -> dict[str, Any]:
-    d = v.decision
-    return {**count_record(_count_of(v)), "numeric_unidentified": d.nullity, "matches": v.matches,
-            "rank": d.rank, "clear": d.clear, "smallest_kept": d.smallest_kept, "largest_dropped": d.largest_dropped,
-            "gap": d.gap, "jacobian_rows": d.n_rows, "seq_len": v.seq_len, "n_inputs": v.n_inputs, "seed": seed,
-            "method": d.method}
-
-
-def _count_lines(c: Count) -> list[str]:
-    lines = [f"layout: {c.spec.describe()}", f"parameters: {c.total}"]
-    if c.unidentified is None:
-        lines.append(f"unidentified: no exact count ({c.note})")
-    else:
-        lines.append(f"unidentified: {c.unidentified} (ratio {c.ratio:.6g})")
-        lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.breakdown.items()))
-        if c.note:
-            lines.append(f"  {c.note}")
-    if c.weakly_identified:
-        lines.append(f"weakly identified: {c.weakly_identified} (each head's query and key scale, seen only through "
-                     f"the QK-norm's eps = {c.spec.qk_norm_eps:g}; unidentified with eps = 0)")
-    return lines
-
-
-def _config_lines(m: Any) -> list[str]:
-    """The text report of ``attnid count --config``."""
-    kinds = ", ".join(f"{g.layers} {g.kind}" for g in m.groups)
-    lines = [f"config: {m.source} (model_type {m.model_type})", f"layers: {m.layers} ({kinds})"]
-    for g in m.groups:
-        lines.append(f"{g.kind} x{g.layers}: {g.description}")
-        if not g.attention:
-            lines.append(f"  not counted: {g.note}")
-            continue
-        lines.append(f"  per layer: parameters {g.total:,}, unidentified "
-                     + ("n/a" if g.unidentified is None else f"{g.unidentified:,} (ratio {g.ratio:.6g})"))
-        if g.breakdown:
-            lines.append("    " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in g.breakdown.items()))
-        if g.weakly_identified:
-            lines.append(f"    weakly identified {g.weakly_identified:,} (directions the function sees only through the norms' eps: scales of the vectors a norm divides)")
-        if g.note:
-            lines.append(f"    {g.note}")
-    counted = sum(g.layers for g in m.counted)
-    if not m.counted:
-        whole = "n/a (no layer of a type this tool counts)"
-    elif m.unidentified is None:
-        whole = "n/a (a layer type has no exact count)"
-    else:
-        whole = f"{m.unidentified:,} (ratio {m.ratio:.6g})"
-    lines.append(f"whole model ({counted} attention layers): parameters {m.total:,}, unidentified {whole}")
-    if m.weakly_identified:
-        lines.append(f"  weakly identified {m.weakly_identified:,}")
-    for i in m.ignored:
-        lines.append(f"ignored: {i.field} = {json.dumps(i.value)[:80]}: {i.why}")
-    return lines
-
-
 def run_config_count(args: argparse.Namespace) -> int:
     from attnid.hf.config import model_count
 
     result = model_count(args.config)
-    print(json.dumps(result.record()) if args.json else "\n".join(_config_lines(result)))
+    print(json.dumps(result.record()) if args.json else "\n".join(config_lines(result)))
     return EXIT_OK
-
-
-def _verify_lines(v: VerificationResult, seed: int) -> list[str]:
-    d = v.decision
-    verdict = {True: "yes", False: "NO", None: "no exact count to compare"}[v.matches]
-    c = _count_of(v)
-    lines = _count_lines(c) + [
-        f"numeric: nullity {d.nullity} (rank {d.rank} of {d.n_params}, {d.n_rows} Jacobian rows from "
-        f"{v.n_inputs} inputs of {v.seq_len} tokens, seed {seed})",
-        f"  smallest kept {d.smallest_kept:.3e}, largest dropped {d.largest_dropped:.3e} (relative), "
-        f"decision {'clear' if d.clear else 'NOT clear'}",
-        f"matches: {verdict}",
-    ]
-    if v.matches is False and c.weakly_identified and d.nullity == c.unidentified + c.weakly_identified:
-        lines.append(f"  the {c.weakly_identified} weakly identified directions (query/key scales, seen only through "
-                     f"eps = {c.spec.qk_norm_eps:g}) fall below the rank rule's zero tolerance: at this eps the "
-                     "numeric check sees the eps = 0 count; a larger eps separates them")
-    return lines
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -475,7 +371,7 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
             f"attnid verify: error: ran out of memory (estimated peak {estimate.human()}, --max-memory "
             f"{format_bytes(limit)}): {_one_line(exc)}; use `attnid count` for the exact count, a smaller layout, "
             "or a --max-memory below what is really free\n"))
-    print(json.dumps(verify_record(result, args.seed)) if args.json else "\n".join(_verify_lines(result, args.seed)))
+    print(json.dumps(verify_record(result, args.seed)) if args.json else "\n".join(verify_lines(result, args.seed)))
     if result.matches is None:
         return EXIT_OK if result.decision.clear else EXIT_MISMATCH
     return EXIT_OK if result.matches else EXIT_MISMATCH
@@ -509,7 +405,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "verify":
         return run_verify(parser, args, spec)
     result = families.count(spec)
-    print(json.dumps(count_record(result)) if args.json else "\n".join(_count_lines(result)))
+    print(json.dumps(count_record(result)) if args.json else "\n".join(count_lines(result)))
     return EXIT_OK
 
 

@@ -29,7 +29,7 @@ Gram blocks. For two tensors p, p' the block of J^T J is
     sum_i sum_{t, s} L_t[gamma, alpha] L'_s[gamma', alpha'] (sum_c R_t[gamma, beta, c] R'_s[gamma', beta', c])
 
 which is computed as one batched matrix product per block pair with the tokens (i, t, s) as the
-inner dimension (``_gram_block``). Proof of correctness: expanding J_i^T J_i for token i with
+inner dimension (``gram_block``). Proof of correctness: expanding J_i^T J_i for token i with
 J_i[c, (gamma, alpha, beta)] = sum_t L_t R_t gives exactly this sum; summing over tokens gives
 J^T J. The formulas above are the chain rule for ``attnid.layer.forward``; the tests compare the
 assembled matrix with the dense J^T J from automatic differentiation on every standard layout,
@@ -95,6 +95,7 @@ from attnid.rope import apply_rope, rope_tables
 from attnid.spec import AttentionSpec, Params
 from attnid.symmetry import labelled_tangent_directions
 from attnid.jacobian import flatten
+from attnid.gram_blocks import CHUNK_ELEMENTS, Factor, fixed_right, gram_block, is_explicit, shared_left
 
 POWER_STEPS = 10
 # Inputs for each attempt, as multiples of verify's first batch: the Gram matrix of more inputs costs little more.
@@ -102,7 +103,6 @@ INPUT_FACTORS: tuple[int, ...] = (2, 4, 8)
 # Above this many parameters the first attempt deletes the gauge coordinates (a smaller Cholesky; if it fails,
 # the same inputs are tried again without deleting). Below it the Cholesky is cheap and K = G + w B B^T goes first.
 GAUGE_MIN_PARAMS = 8192
-CHUNK_ELEMENTS = 2**24  # float64 elements of the largest temporary of one Gram block (128 MiB)
 
 
 def covers(spec: AttentionSpec) -> str | None:
@@ -112,27 +112,6 @@ def covers(spec: AttentionSpec) -> str | None:
     if spec.has_qk_norm:
         return "it has a QK-norm, which the structured route's formulas leave out"
     return None
-
-
-@dataclass(frozen=True)
-class Factor:
-    """One parameter tensor's Jacobian, per token: J_i[c, flat] = sum_t L[i, t, gamma, alpha] R[i, t, gamma, beta, c].
-
-    ``order`` says how (gamma, alpha, beta) map to the tensor's flat (row-major) index:
-    'gab' when the flat order is (gamma, alpha, beta), 'gba' when it is (gamma, beta, alpha).
-    """
-
-    name: str
-    left: torch.Tensor  # (tokens, T, Gamma, A)
-    right: torch.Tensor  # (tokens, T, Gamma, B, d)
-    order: str
-    identity_right: bool = False  # R is the identity (W_O, b_O): J_f is L times delta(c, c')
-    fixed_right: bool = False  # R is the same for every token (W_V, b_V, W_O, b_O)
-
-    @property
-    def size(self) -> int:
-        _, _, gamma, a = self.left.shape
-        return gamma * a * self.right.shape[3]
 
 
 def _rotate_back(v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -222,155 +201,16 @@ def _concat(factor_lists: Sequence[list[Factor]]) -> list[Factor]:
     for parts in zip(*factor_lists):
         first = parts[0]
         tokens = sum(f.left.shape[0] for f in parts)
-        if all(_shared_left(f) for f in parts):
+        if all(shared_left(f) for f in parts):
             left = torch.cat([f.left[:, :, :1] for f in parts]).expand(tokens, *first.left.shape[1:])
         else:
             left = torch.cat([f.left for f in parts])
-        if all(_fixed_right(f) for f in parts):  # W_O or the identity: one copy serves every input
+        if all(fixed_right(f) for f in parts):  # W_O or the identity: one copy serves every input
             right = first.right[:1].expand(tokens, *first.right.shape[1:])
         else:
             right = torch.cat([f.right for f in parts])
         joined.append(Factor(first.name, left, right, first.order, first.identity_right, first.fixed_right))
     return joined
-
-
-def _to_flat(block: torch.Tensor, order: str, order2: str) -> torch.Tensor:
-    """(Gamma, Gamma', A, A', B, B') -> (flat, flat') in the tensors' own orders."""
-    rows = (0, 2, 4) if order == "gab" else (0, 4, 2)
-    cols = (1, 3, 5) if order2 == "gab" else (1, 5, 3)
-    out = block.permute(*rows, *cols)
-    n_rows = out.shape[0] * out.shape[1] * out.shape[2]
-    return out.reshape(n_rows, -1)
-
-
-def _is_explicit(f: Factor) -> bool:
-    """A tensor stored as its whole Jacobian row per token (L = 1, one term, no head index)."""
-    return f.left.shape[1:] == (1, 1, 1)
-
-
-def _explicit_rows(f: Factor, tokens: slice) -> torch.Tensor:
-    """J_f on a range of tokens as a (tokens * d_model, size) matrix in the tensor's flat order."""
-    rows = torch.einsum("itga,itgbc->icgab", f.left[tokens], f.right[tokens])
-    if f.order == "gba":
-        rows = rows.transpose(-1, -2)
-    return rows.reshape(-1, f.size)
-
-
-def _shared_left(f: Factor) -> bool:
-    """L is the same for every head index (it was expanded along gamma)."""
-    return f.left.shape[2] == 1 or f.left.stride(2) == 0
-
-
-def _fixed_right(f: Factor) -> bool:
-    """R is the same for every token (W_O and the identity), as ``token_factors`` marks it."""
-    return f.fixed_right
-
-
-def _token_chunks(tokens: int, per_token: int) -> list[slice]:
-    step = max(1, CHUNK_ELEMENTS // max(per_token, 1))
-    return [slice(start, start + step) for start in range(0, tokens, step)]
-
-
-def _costs(f: Factor, g: Factor) -> tuple[int, int]:
-    """(factored, explicit) multiply-adds per token for the block of f and g (``_gram_block`` picks the cheaper)."""
-    _, t1, c1, a1 = f.left.shape
-    _, t2, c2, a2 = g.left.shape
-    b1, b2, d = f.right.shape[3], g.right.shape[3], f.right.shape[4]
-    factored = t1 * t2 * (c1 * b1 * c2 * b2 * d + c1 * c2 * a1 * a2 * b1 * b2)
-    explicit = d * f.size * g.size + d * (t1 * f.size + t2 * g.size)
-    return factored, explicit
-
-
-def _explicit_by_fixed(f: Factor, g: Factor) -> torch.Tensor:
-    """J_f^T J_g when R_g is the same for every token: sum over tokens of J_f's rows times L_g, then R_g over (t, c)."""
-    tokens, t2, c2, a2 = g.left.shape
-    d = g.right.shape[4]
-    moment = f.left.new_zeros(d * f.size, t2 * c2 * a2)
-    for sl in _token_chunks(tokens, d * f.size + t2 * c2 * a2):
-        rows = _explicit_rows(f, sl).reshape(-1, d * f.size)  # (tokens, d P_f): token i's row block, c-major
-        moment.addmm_(rows.T, g.left[sl].reshape(-1, t2 * c2 * a2))
-    moment = moment.reshape(d, f.size, t2, c2, a2)
-    out = torch.einsum("cftga,tgbc->fgab", moment, g.right[0])  # (P_f, Gamma, A, B)
-    if g.order == "gba":
-        out = out.transpose(2, 3)
-    return out.reshape(f.size, g.size)
-
-
-def _by_identity(f: Factor, g: Factor) -> torch.Tensor:
-    """J_f^T J_g when R_g is the identity (W_O, b_O): sum_{i, t} L_f[t, gamma, a] L_g[gamma', a'] R_f[t, gamma, b, c'].
-
-    One matrix product per head index gamma of f, with the tokens (and terms) as inner dimension.
-    """
-    tokens, t1, c1, a1 = f.left.shape
-    _, _, c2, a2 = g.left.shape
-    b1, d = f.right.shape[3], f.right.shape[4]
-    lg = g.left[:, 0].reshape(tokens, 1, 1, c2 * a2)
-    out = f.left.new_empty(c1, a1, c2 * a2, b1 * d)
-    for gamma in range(c1):
-        pairs = (f.left[:, :, gamma, :, None] * lg).reshape(tokens * t1, a1 * c2 * a2)
-        out[gamma] = (pairs.T @ f.right[:, :, gamma].reshape(tokens * t1, b1 * d)).reshape(a1, c2 * a2, b1 * d)
-    out = out.reshape(c1, a1, c2, a2, b1, d).permute(0, 2, 1, 3, 4, 5)  # (Gamma, Gamma', A, A', B, B' = c')
-    return _to_flat(out, f.order, g.order)
-
-
-def _gram_block(f: Factor, g: Factor) -> torch.Tensor:
-    """sum over tokens of J_f^T J_g for two tensors' factors, as a (size_f, size_g) matrix in their flat orders.
-
-    Several ways to the same sum, by what the factors allow: R fixed over tokens in both (sum
-    the L products over tokens first, one matrix product), R the identity in one
-    (``_by_identity``), an explicit tensor against a token-fixed R (``_explicit_by_fixed``), L
-    shared by every head index in both or in one (one matrix product over tokens), the general
-    batched product, or the explicit rows (J_f^T J_g from the rows themselves, when the factors
-    are too thin to save work: ``_costs``). The tests compare every path with the dense product.
-    """
-    tokens, t1, c1, a1 = f.left.shape
-    _, t2, c2, a2 = g.left.shape
-    b1, b2 = f.right.shape[3], g.right.shape[3]
-    if _fixed_right(f) and _fixed_right(g):
-        lam = torch.einsum("tgbc,sGBc->tgbsGB", f.right[0], g.right[0])
-        ll = (f.left.reshape(tokens, -1).T @ g.left.reshape(tokens, -1)).reshape(t1, c1, a1, t2, c2, a2)
-        out = torch.einsum("tgasGA,tgbsGB->gGaAbB", ll, lam)
-        return _to_flat(out, f.order, g.order)
-    if f.identity_right and not g.identity_right:
-        return _gram_block(g, f).T
-    if g.identity_right and not f.identity_right:
-        return _by_identity(f, g)
-    if _fixed_right(f) and _is_explicit(g):
-        return _gram_block(g, f).T
-    if _fixed_right(g) and _is_explicit(f):
-        return _explicit_by_fixed(f, g)
-    factored, explicit = _costs(f, g)
-    if explicit < factored or (_is_explicit(f) and _is_explicit(g)):
-        out = f.left.new_zeros(f.size, g.size)
-        for sl in _token_chunks(tokens, f.right.shape[4] * (f.size + g.size)):
-            out.addmm_(_explicit_rows(f, sl).T, _explicit_rows(g, sl))
-        return out
-    if _shared_left(f) and _shared_left(g):
-        lf, lg = f.left[:, :, 0], g.left[:, :, 0]  # (tokens, T, A)
-        out = f.left.new_zeros(a1 * a2, c1 * b1 * c2 * b2)
-        for sl in _token_chunks(tokens, t1 * t2 * (a1 * a2 + c1 * b1 * c2 * b2)):
-            lam = torch.einsum("itgbc,isGBc->itsgbGB", f.right[sl], g.right[sl])
-            ll = torch.einsum("ita,isA->itsaA", lf[sl], lg[sl])
-            out.addmm_(ll.reshape(-1, a1 * a2).T, lam.reshape(-1, c1 * b1 * c2 * b2))
-        out = out.reshape(a1, a2, c1, b1, c2, b2).permute(2, 4, 0, 1, 3, 5)
-        return _to_flat(out, f.order, g.order)
-    if _shared_left(g):
-        return _gram_block(g, f).T
-    if _shared_left(f):  # L_f is one vector per token for every head: contract it last, in one matrix product
-        lf = f.left[:, :, 0].reshape(-1, a1)  # (tokens T1, A)
-        out = f.left.new_zeros(a1, c1 * b1 * c2 * a2 * b2)
-        for sl in _token_chunks(tokens, t1 * t2 * c1 * b1 * c2 * b2 + t1 * c1 * b1 * c2 * a2 * b2):
-            lam = torch.einsum("itgbc,isGBc->itgbsGB", f.right[sl], g.right[sl])
-            mixed = torch.einsum("itgbsGB,isGA->itgbGAB", lam, g.left[sl])
-            out.addmm_(lf[sl.start * t1: sl.stop * t1].T, mixed.reshape(-1, out.shape[1]))
-        out = out.reshape(a1, c1, b1, c2, a2, b2).permute(1, 3, 0, 4, 2, 5)
-        return _to_flat(out, f.order, g.order)
-    out = f.left.new_zeros(c1 * c2, a1 * a2, b1 * b2)
-    for sl in _token_chunks(tokens, c1 * c2 * t1 * t2 * max(a1 * a2, b1 * b2)):
-        lam = torch.einsum("itgbc,isGBc->gGitsbB", f.right[sl], g.right[sl]).reshape(c1 * c2, -1, b1 * b2)
-        ll = torch.einsum("itga,isGA->gGitsaA", f.left[sl], g.left[sl]).reshape(c1 * c2, -1, a1 * a2)
-        out.baddbmm_(ll.transpose(1, 2), lam)
-    return _to_flat(out.reshape(c1, c2, a1, a2, b1, b2), f.order, g.order)
 
 
 def gram_matrix(factors: list[Factor], keep: torch.Tensor | None = None, *,
@@ -394,7 +234,7 @@ def gram_matrix(factors: list[Factor], keep: torch.Tensor | None = None, *,
     for i, f in enumerate(factors):
         rows = slice(starts[i], starts[i] + kept[i].numel())
         for j in range(i + 1):
-            block = _gram_block(f, factors[j])
+            block = gram_block(f, factors[j])
             if j == i:
                 diagonal.append(block.diagonal().clone())
             if kept[i].numel() < sizes[i] or kept[j].numel() < sizes[j]:
@@ -488,21 +328,21 @@ def stretch_squared(factors: list[Factor], families: list[OrbitFamily]) -> float
     pieces, offset = [], 0  # (tensor, B on its head indices first:last, first, last, columns)
     for f in factors:
         per_gamma = f.size // f.left.shape[2]
-        if _is_explicit(f):
+        if is_explicit(f):
             full = f.left.new_zeros(f.size, u)
         for family, start in zip(families, starts):
             inside = (family.support >= offset) & (family.support < offset + f.size)
             if not bool(inside.any()):
                 continue
             local = family.support[inside] - offset
-            if _is_explicit(f):
+            if is_explicit(f):
                 full[local, start: start + family.basis.shape[1]] = family.basis[inside]
                 continue
             first, last = int(local.min()) // per_gamma, int(local.max()) // per_gamma + 1
             part = family.basis.new_zeros((last - first) * per_gamma, family.basis.shape[1])
             part[local - first * per_gamma] = family.basis[inside]
             pieces.append((f, part, first, last, slice(start, start + family.basis.shape[1])))
-        if _is_explicit(f):
+        if is_explicit(f):
             pieces.append((f, full, 0, 1, slice(0, u)))
         offset += f.size
     tokens, step = factors[0].left.shape[0], _token_step(factors, u)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from attnid import families  # noqa: F401
-from attnid.hf import models as hfmodels  # noqa: F401  (hfmodels registers the mappers of further model types)
+from attnid.hf import models, special  # noqa: F401  (each registers the mappers of further model types)
 from attnid.families.alibi import AlibiSpec
 from attnid.fields import shown_path
 from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, NEVER_OFF_SWITCH,

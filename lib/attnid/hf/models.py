@@ -9,16 +9,11 @@ Mixture-of-experts routing fields never change an attention layer and are read s
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from attnid.families.alibi import AlibiSpec
-from attnid.counts import count
-from attnid.families.gated import GatedSpec
 from attnid.hf.read import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
                      _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
                      rope_fraction, rope_layers)
-from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
                 "RMSNorm of chapter 7b; its known moves give only a lower bound (chapter 7b, prop-qk-layernorm-moves)")
@@ -282,126 +277,6 @@ def map_persimmon(cfg: Config) -> list[LayerGroup]:
     return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", True) else groups
 
 
-def map_jamba(cfg: Config) -> list[LayerGroup]:
-    """Jamba: attention layers every attn_layer_period layers from attn_layer_offset (GQA, no RoPE, no biases);
-    the Mamba layers are not attention and are not counted."""
-    d, h, kv, dk = _heads(cfg)
-    n = cfg.layers()
-    period = cfg.integer("attn_layer_period", 8)
-    offset = cfg.value("attn_layer_offset", 4)
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
-        raise cfg._fail("attn_layer_offset", f"must be an integer from 0 to attn_layer_period - 1, got {_shown(offset)}")
-    kinds = ["full_attention" if i % period == offset else "mamba" for i in range(n)]
-    cfg.mark_read(*(k for k in cfg.raw if k.startswith("mamba_")))  # the Mamba layers' settings
-
-    def make(kind: str) -> LayerGroup | Any:
-        if kind == "mamba":
-            return LayerGroup.not_counted("mamba", 1, "a Mamba (state-space) layer, not attention")
-        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, causal=True)
-
-    return group_layers(kinds, make)
-
-
-def map_bloom(cfg: Config) -> list[LayerGroup]:
-    """BLOOM: multi-head attention with biases everywhere and ALiBi (``attnid.families.alibi``)."""
-    d = cfg.integer("hidden_size", None, "n_embed")
-    h = cfg.integer("n_head", None, "num_attention_heads")
-    n = cfg.layers()
-    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
-    cfg.mark_read("skip_bias_add", "skip_bias_add_qkv", "offset_alibi", "slow_but_exact")  # Megatron-DeepSpeed switches
-    return [LayerGroup.from_layout("full_attention", n, AlibiSpec(spec))]
-
-
-def _mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
-    """(d_model, n_heads, n_layers, attn_config) of MosaicML's configurations (MPT, DBRX)."""
-    d = cfg.integer("d_model", None, "hidden_size")
-    h = cfg.integer("n_heads", None, "num_attention_heads")
-    n = cfg.integer("n_layers", None, "num_hidden_layers")
-    attn = cfg.value("attn_config", {})
-    if not isinstance(attn, dict):
-        raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
-    return d, h, n, attn
-
-
-def map_mpt(cfg: Config) -> list[LayerGroup]:
-    """MPT: multi-head attention, no biases (no_bias), ALiBi (``attnid.families.alibi``) or learned positions (attn_config);
-    clip_qkv and qk_ln are not covered."""
-    d, h, n, attn = _mosaic(cfg)
-    kind = attn.get("attn_type", "multihead_attention")
-    if kind not in ("multihead_attention", "multiquery_attention", "grouped_query_attention"):
-        raise ValueError(f"{cfg.where}: attn_config.attn_type {_shown(kind)} is not an attention this tool reads")
-    kv = {"multihead_attention": h, "multiquery_attention": 1}.get(kind, attn.get("kv_n_heads", h))
-    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias="none" if cfg.flag("no_bias", True) else "qkvo",
-                 causal=not attn.get("prefix_lm", False))
-    note = (CLIP_QKV if attn.get("clip_qkv") is not None else QK_LAYERNORM if attn.get("qk_ln", False) else "")
-    cfg.mark_read("learned_pos_emb", "max_seq_len", "norm_type")
-    layout = AlibiSpec(spec) if attn.get("alibi", False) else spec
-    return [LayerGroup.from_layout("full_attention", n, layout, note=note)]
-
-
-def map_t5(cfg: Config) -> list[LayerGroup]:
-    """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
-    layer): encoder and decoder self-attention (``attnid.families.relbias``), counted at inputs long enough to reach every
-    bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
-    uses another layer's table sees it as fixed offsets, which change no count (chapter 7b)."""
-    d = cfg.integer("d_model", None, "hidden_size")
-    h = cfg.integer("num_heads", None, "num_attention_heads")
-    dk = cfg.integer("d_kv", d // h)
-    encoder = cfg.integer("num_layers", None, "num_hidden_layers")
-    decoder = cfg.integer("num_decoder_layers", encoder)
-    buckets = cfg.integer("relative_attention_num_buckets", T5_BUCKETS)
-    distance = cfg.integer("relative_attention_max_distance", T5_MAX_DISTANCE)
-    per_layer = cfg.value("model_type") == "umt5"
-    cfg.mark_read("is_decoder", "scale_decoder_outputs")
-    groups = []
-    for kind, layers, causal in (("encoder_self_attention", encoder, False), ("decoder_self_attention", decoder, True)):
-        spec = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, causal=causal)
-        try:
-            table = RelativeBiasSpec(spec, buckets, distance)
-        except ValueError as exc:
-            raise ValueError(f"{cfg.where}: {exc}") from None
-        if per_layer:
-            groups.append(LayerGroup.from_layout(kind, layers, table))
-            continue
-        groups.append(LayerGroup.from_layout(f"{kind}_with_table", 1, table))
-        if layers > 1:
-            shared = replace(count(spec), note="adds the first layer's relative-bias table, fixed offsets for this layer")
-            groups.append(LayerGroup.from_count(kind, layers - 1, shared))
-    groups.append(LayerGroup.not_counted("cross_attention", decoder, "cross-attention to the encoder's output: its "
-                                                                     "keys and values come from another sequence"))
-    return groups
-
-
-def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
-    """Qwen3-Next: full-attention layers with an elementwise output gate (``attnid.families.gated``), a shared QK-norm and
-    partial RoPE; the linear-attention (Gated DeltaNet) layers are outside softmax attention and not counted."""
-    d, h, kv, dk = _heads(cfg, 256)
-    n = cfg.layers()
-    interval = cfg.integer("full_attention_interval", 4)
-    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
-    fraction = rope_fraction(cfg, 0.25)
-    eps = cfg.number("rms_norm_eps", 1e-6)
-    bias = cfg.flag("attention_bias", False)
-    base = rope_base(cfg, 10000.0)
-    if cfg.flag("use_sliding_window", False):
-        raise cfg._fail("use_sliding_window", "is true, but Qwen3-Next's full-attention layers have no window")
-    linear = {k: cfg.value(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                                        "linear_value_head_dim", "linear_conv_kernel_dim")}
-
-    def make(kind: str) -> LayerGroup | Any:
-        if kind == "linear_attention":
-            return LayerGroup.not_counted("linear_attention", 1, "Gated DeltaNet linear attention (" + ", ".join(
-                f"{k} {_shown(v)}" for k, v in linear.items() if v is not None) + "), outside softmax attention")
-        if kind not in LAYER_KINDS:
-            return _unknown_kind(kind)
-        base_spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk,
-                          bias="qkvo" if bias else "none", rope_fraction=fraction, rope_base=base, causal=True,
-                          qk_norm="shared", qk_norm_eps=eps, window=_window(cfg, kind))
-        return LayerGroup.from_layout(kind, 1, GatedSpec(base_spec, "elementwise", gate_bias=bias))
-
-    return group_layers(kinds, make)
-
-
 def map_opt(cfg: Config) -> list[LayerGroup]:
     """OPT: multi-head attention with learned positions, biases on every projection per enable_bias (default true)."""
     d = cfg.integer("hidden_size")
@@ -431,9 +306,20 @@ def map_gpt_neo(cfg: Config) -> list[LayerGroup]:
                         lambda kind: make("local" if kind == "sliding_attention" else "global"))
 
 
+def mosaic(cfg: Config) -> tuple[int, int, int, dict[str, Any]]:
+    """(d_model, n_heads, n_layers, attn_config) of MosaicML's configurations (MPT, DBRX)."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("n_heads", None, "num_attention_heads")
+    n = cfg.integer("n_layers", None, "num_hidden_layers")
+    attn = cfg.value("attn_config", {})
+    if not isinstance(attn, dict):
+        raise cfg._fail("attn_config", f"must be a mapping, got {_shown(attn)}")
+    return d, h, n, attn
+
+
 def map_dbrx(cfg: Config) -> list[LayerGroup]:
     """DBRX: GQA (attn_config.kv_n_heads) with RoPE (attn_config.rope_theta), no biases; clip_qkv is not covered."""
-    d, h, n, attn = _mosaic(cfg)
+    d, h, n, attn = mosaic(cfg)
     kv = attn.get("kv_n_heads", 1)
     base = float(attn.get("rope_theta", rope_base(cfg, 10000.0)))
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, rope_fraction=1.0, rope_base=base, causal=True)
@@ -537,8 +423,7 @@ for _type, _mapper in {
     "starcoder2": map_starcoder2, "olmo": map_olmo, "olmoe": map_olmoe, "glm": map_glm, "glm4": map_glm,
     "glm4_moe": map_glm4_moe, "exaone": map_exaone, "exaone4": map_exaone4, "nemotron": map_nemotron,
     "cohere": map_cohere, "cohere2": map_cohere2, "persimmon": map_persimmon, "fuyu": map_persimmon,
-    "jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5, "umt5": map_t5,
-    "qwen3_next": map_qwen3_next, "opt": map_opt, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
+    "opt": map_opt, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
     "smollm3": map_smollm3, "olmo3": map_olmo3, "phimoe": map_phimoe, "ernie4_5": map_ernie4_5,
     "seed_oss": map_seed_oss, "apertus": map_apertus, "arcee": map_llama_like, "helium": map_llama_like,
     "xglm": map_xglm, "minicpm": map_minicpm, "qwen2_vl": map_qwen2_vl, "qwen2_5_vl": map_qwen2_vl,

@@ -8,7 +8,8 @@ The Triton module is imported on first use. On a CPU, set TRITON_INTERPRET=1 bef
 kernels in Triton's interpreter (float32, small shapes: it is a numpy simulation).
 """
 
-from attnid.kernels.api import attention, attention_jvp, check_inputs
+from attnid.kernels.api import attention, attention_jvp
+from attnid.kernels.arguments import check_inputs
 from attnid.kernels.reference import reference_attention
 
 __all__ = ["attention", "attention_jvp", "check_inputs", "reference_attention"]

@@ -11,7 +11,7 @@ The float32 rule (tests and appendix): a kernel agrees with the float64 referenc
 
 float32's unit roundoff (6e-8) times a budget of about 300 for sums over up to a few hundred
 keys, the exp/log of the online softmax and, with RoPE, float32 cos/sin tables. An element a
-kernel never wrote is NaN under ``flash.check_hooks(poison=True)`` and fails the rule
+kernel never wrote is NaN under ``launch.check_hooks(poison=True)`` and fails the rule
 (``scaled_error`` is NaN). ``scripts/gpu_check.py`` compares bf16 and fp16 against PyTorch's own
 error instead (its docstring).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnid.kernels import flash
+from attnid.kernels import launch
 from attnid.kernels.api import attention, attention_jvp
 
 TOL = 2e-5
@@ -135,7 +135,7 @@ def case_errors(case: Case, gen: torch.Generator, *, batch: int = 2, device: tor
     names = list(x)
     f64 = {k: v.double() for k, v in x.items()}
     t64 = {k: v.double() for k, v in t.items()}
-    with flash.check_hooks(poison=poison, block=(tile, tile) if tile else None):
+    with launch.check_hooks(poison=poison, block=(tile, tile) if tile else None):
         kernel = evaluate(call("triton", case, names), x, t, cotangent, second_order=second_order)
         _, one_pass = attention_jvp(x["q"], x["k"], x["v"], t["q"], t["k"], t["v"], sink=x.get("sink"),
                                     backend="triton", **case.options)
@@ -175,7 +175,7 @@ def variant_errors(gen: torch.Generator, *, device: torch.device | str = "cpu", 
         cot = torch.randn(b, h, nq, d, generator=gen).to(device)
         kernel_fn = lambda *a: attention(*a, backend="triton", **opts)
         reference_fn = lambda *a: attention(*a, backend="reference", **wide)
-        with flash.check_hooks(poison=poison, block=(tile, tile) if tile else None):
+        with launch.check_hooks(poison=poison, block=(tile, tile) if tile else None):
             got = evaluate(kernel_fn, x, t, cot, second_order=True)
         want = evaluate(reference_fn, {key: val.double() for key, val in x.items()},
                         {key: val.double() for key, val in t.items()}, cot.double(), second_order=True)

@@ -13,48 +13,19 @@ before the import, simulated on the CPU with numpy (float32 only there; slow; fo
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
 
-import torch
 import triton
 import triton.language as tl
 from triton import knobs
 
-from attnid.rope import rope_tables as reference_tables
-from attnid.kernels.settings import CallSettings
 
 INTERPRETED: bool = bool(knobs.runtime.interpret)
 # log2(e): the kernels work in base 2 (exp2, log2), so scores and logits are scaled by it.
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
-@dataclass(frozen=True)
-class CheckHooks:
-    """What a check changes in the kernels: ``poison`` allocates every output full of NaN (an element a
-    kernel forgets to write cannot pass for a correct one); ``block`` forces (BLOCK_M, BLOCK_N) tiles."""
-
-    poison: bool = False
-    block: tuple[int, int] | None = None
-
-
-_hooks = CheckHooks()  # set only through check_hooks
-
-
-@contextlib.contextmanager
-def check_hooks(*, poison: bool = False, block: tuple[int, int] | None = None) -> Iterator[CheckHooks]:
-    """Run the kernels with these check hooks inside the block (every thread, backward passes included)."""
-    global _hooks
-    previous, _hooks = _hooks, CheckHooks(poison, block)
-    try:
-        yield _hooks
-    finally:
-        _hooks = previous
-
-
 # ----------------------------------------------------------------------------------------------
-# Tile helpers
+# Tile helpers (device functions the kernels share)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -127,6 +98,41 @@ def _mask_tile(Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm
 
 
 @triton.jit
+def _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr):
+    """(kv_len, hi): the keys batch ``b`` has, and where a query block's loop over key blocks stops.
+
+    Causal: key blocks wholly above the diagonal are never visited; nor blocks past the row's keys.
+    """
+    kv_len = n_k
+    if HAS_LENGTHS:
+        kv_len = tl.load(KeyLen + b)
+    hi = kv_len
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, kv_len)
+    return kv_len, hi
+
+
+@triton.jit
+def _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin,
+             D: tl.constexpr, DV: tl.constexpr, R: tl.constexpr):
+    """One key block: its keys, rotated at their positions, and its values (zero past n_k); and the values' mask."""
+    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R)
+    v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
+    v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+    return k, v, v_mask
+
+
+@triton.jit
+def _scores(q, k, qk_scale, Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn,
+            HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+    """The (rows x keys) scores in base-2 units, with the additive mask's tile where there is a mask."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    if HAS_MASK:
+        s += _mask_tile(Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
+    return s
+
+
+@triton.jit
 def _forward_kernel(
     Q, K, V, TQ, TK, TV, Sink, Cos, Sin, Out, TOut, Lse, TLse, Mask, KeyLen,
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
@@ -147,7 +153,7 @@ def _forward_kernel(
     that sees no key (and has no sink) gets out = 0 and lse = +inf, so the backward gives it no weight.
     """
     start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B H N D may exceed 2^31 elements
     b = bh // n_heads
     h = bh % n_heads
     g = h // group_size  # the key/value head this query head shares
@@ -171,22 +177,14 @@ def _forward_kernel(
         g_i = tl.zeros([BLOCK_M], tl.float32)
         acc_t = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
 
-    kv_len = n_k
-    if HAS_LENGTHS:
-        kv_len = tl.load(KeyLen + b)
-    # Causal: key blocks wholly above the diagonal are never visited; nor blocks past the row's keys.
-    hi = kv_len
-    if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, kv_len)
+    kv_len, hi = _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M, CAUSAL, HAS_LENGTHS)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-        v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
-        v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+        k, v, v_mask = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+        k = k.to(dtype)
         visible = _visible(offs_m, keys, kv_len, shift, CAUSAL)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        if HAS_MASK:
-            s += _mask_tile(Mask, b, h, offs_m, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
+        s = _scores(q, k, qk_scale, Mask, b, h, offs_m, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn,
+                    HAS_MASK, PRECISION)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: no -inf - -inf
@@ -195,8 +193,8 @@ def _forward_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision=PRECISION)
         if TANGENT:
-            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-            tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+            tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+            tk = tk.to(dtype)
             ds = tl.dot(tq, tl.trans(k), input_precision=PRECISION) + tl.dot(q, tl.trans(tk), input_precision=PRECISION)
             pds = p * tl.where(visible, ds * scale, 0.0)
             g_i = g_i * alpha + tl.sum(pds, 1)
@@ -256,7 +254,7 @@ def _backward_dkdv_kernel(
     with t_dpT = tv dO^T + v tdO^T, and t_dK_rot += t_dsT q_rot + dsT tq_rot (times scale).
     """
     start_n = tl.program_id(0)
-    bg = tl.program_id(1)
+    bg = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B H N D may exceed 2^31 elements
     b = bg // n_kv_heads
     g = bg % n_kv_heads
     dtype = K.dtype.element_ty
@@ -270,15 +268,14 @@ def _backward_dkdv_kernel(
     kv_len = n_k
     if HAS_LENGTHS:
         kv_len = tl.load(KeyLen + b)
-    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-    v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
-    v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+    k, v, v_mask = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+    k = k.to(dtype)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
     qk_scale = scale * LOG2E
     if TANGENT:
-        tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-        tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+        tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+        tk = tk.to(dtype)
         t_dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
         t_dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
 
@@ -354,7 +351,7 @@ def _backward_dq_kernel(
     With TANGENT, also t_dQ_rot = sum_keys (t_ds k_rot + ds tk_rot) scale, t_ds as in the dK/dV kernel.
     """
     start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B H N D may exceed 2^31 elements
     b = bh // n_heads
     h = bh % n_heads
     g = h // group_size
@@ -382,28 +379,21 @@ def _backward_dq_kernel(
         t_delta = tl.load(TDelta + bh * n_q + queries, mask=queries < n_q, other=0.0)
         t_dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
 
-    kv_len = n_k
-    if HAS_LENGTHS:
-        kv_len = tl.load(KeyLen + b)
-    hi = kv_len
-    if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M + shift, kv_len)
+    kv_len, hi = _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M, CAUSAL, HAS_LENGTHS)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-        v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
-        v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        if HAS_MASK:
-            s += _mask_tile(Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
+        k, v, _ = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+        k = k.to(dtype)
+        s = _scores(q, k, qk_scale, Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn,
+                    HAS_MASK, PRECISION)
         p = tl.exp2(s - lse[:, None] * LOG2E)
         p = tl.where(_visible(queries, keys, kv_len, shift, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
         if TANGENT:
-            tk = _load_rotated(TK + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(dtype)
-            tv = tl.load(TV + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
+            tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
+            tk = tk.to(dtype)
             t_s = (tl.dot(tq, tl.trans(k), input_precision=PRECISION)
                    + tl.dot(q, tl.trans(tk), input_precision=PRECISION)) * scale
             t_p = p * (t_s - t_lse[:, None])
@@ -423,172 +413,3 @@ def _backward_dq_kernel(
         if R > 0:
             t_dq = _unrotate(t_dq, queries, cols, n_q, Cos, Sin, R, shift)
         tl.store(TDQ + q_off + queries[:, None] * stride_qn + cols[None, :], t_dq.to(TDQ.dtype.element_ty), mask=q_mask)
-
-
-# ----------------------------------------------------------------------------------------------
-# Launchers
-# ----------------------------------------------------------------------------------------------
-
-_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def rope_tables(n: int, rope_dims: int, base: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 cos/sin (n, R), computed in float64 by the reference's formula; cached per shape."""
-    key = (n, rope_dims, base, str(device))
-    if key not in _TABLES:
-        if rope_dims == 0:
-            empty = torch.ones(1, dtype=torch.float32, device=device)
-            _TABLES[key] = (empty, empty)
-        else:
-            cos, sin = reference_tables(n, rope_dims, base, torch.float64, device)
-            _TABLES[key] = (cos.float().contiguous(), sin.float().contiguous())
-    return _TABLES[key]
-
-
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel and largest head width. Chosen so that every
-# kernel fits the 227 KiB of shared memory an H100/H200 block may use, as checked by compiling for
-# sm_90 without a GPU (scripts/check_kernels.py, run by the tests). Speed on a GPU is unmeasured.
-TILES: dict[str, dict[int, tuple[int, int, int, int]]] = {
-    "forward": {64: (128, 64, 4, 3), 128: (128, 64, 4, 3), 256: (128, 32, 8, 3)},
-    "tangent": {64: (128, 64, 8, 3), 128: (128, 32, 8, 2), 256: (64, 32, 4, 2)},
-    "dkdv": {64: (32, 128, 8, 3), 128: (32, 128, 8, 3), 256: (32, 128, 8, 2)},
-    "dq": {64: (128, 32, 8, 3), 128: (128, 32, 8, 3), 256: (128, 32, 8, 2)},
-    "dkdv_tangent": {64: (32, 64, 8, 2), 128: (32, 64, 8, 2), 256: (16, 64, 8, 1)},
-    "dq_tangent": {64: (64, 32, 8, 2), 128: (64, 32, 8, 2), 256: (32, 32, 8, 1)},
-}
-# float32 tiles take twice the bytes: smaller tiles and fewer stages.
-TILES_FP32: dict[str, dict[int, tuple[int, int, int, int]]] = {
-    "forward": {64: (128, 64, 4, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
-    "tangent": {64: (64, 32, 4, 2), 128: (64, 32, 4, 1), 256: (32, 16, 4, 1)},
-    "dkdv": {64: (32, 128, 8, 3), 128: (32, 64, 4, 2), 256: (16, 64, 4, 1)},
-    "dq": {64: (128, 32, 8, 3), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)},
-    "dkdv_tangent": {64: (32, 64, 4, 2), 128: (16, 64, 4, 1), 256: (16, 32, 4, 1)},
-    "dq_tangent": {64: (64, 32, 4, 2), 128: (32, 32, 4, 1), 256: (16, 32, 4, 1)},
-}
-
-
-def tiles(kind: str, width: int, dtype_bytes: int = 2, masked: bool = False) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of kernel `kind` for head width `width` (16 to 256).
-
-    With a mask (``masked``) each stage also holds a float32 mask tile: one pipeline stage fewer.
-    """
-    limit = next(w for w in sorted(TILES[kind]) if width <= w)
-    block_m, block_n, warps, stages = (TILES_FP32 if dtype_bytes == 4 else TILES)[kind][limit]
-    if masked:
-        stages = max(1, stages - 1)
-    if _hooks.block is not None:
-        block_m, block_n = _hooks.block
-    return block_m, block_n, warps, stages
-
-
-def _new(shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    dtype = dtype or like.dtype
-    if _hooks.poison:
-        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    return torch.empty(shape, dtype=dtype, device=like.device)
-
-
-def _precision(dtype: torch.dtype) -> str | None:
-    """IEEE float32 products for float32 inputs (no silent TF32); the hardware default otherwise."""
-    return "ieee" if dtype == torch.float32 else None
-
-
-def _shared_args(kind: str, q: torch.Tensor, v: torch.Tensor, settings: CallSettings, masked: bool = False) -> dict:
-    d, dv = q.shape[-1], v.shape[-1]
-    block_m, block_n, warps, stages = tiles(kind, max(d, dv), q.element_size(), masked)
-    return dict(
-        D=d, DV=dv, D_PAD=max(16, triton.next_power_of_2(d)), DV_PAD=max(16, triton.next_power_of_2(dv)),
-        R=settings.rope_dims, CAUSAL=settings.causal, PRECISION=_precision(q.dtype), BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=warps, num_stages=stages,
-    )
-
-
-def _mask_args(mask: torch.Tensor | None, lengths: torch.Tensor | None, placeholder: torch.Tensor) -> tuple[list, dict]:
-    """The mask and key-length pointers, the mask's four strides, and their flags, for any of the kernels.
-
-    ``mask`` is an additive float32 tensor broadcast (stride 0) to (B, H, N_q, N_k); ``lengths`` int32 (B, 1).
-    """
-    strides = list(mask.stride()) if mask is not None else [0, 0, 0, 0]
-    pointers = [mask if mask is not None else placeholder, lengths if lengths is not None else placeholder]
-    return pointers + strides, dict(HAS_MASK=mask is not None, HAS_LENGTHS=lengths is not None)
-
-
-def forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor | None, settings: CallSettings,
-    tangents: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(out, lse, tangent_out, tangent_lse): out (B, H, N, DV), lse (B, H, N) float32; the tangents if given.
-
-    tangent_lse is the lse's tangent from the scores alone (a sink's own tangent is the caller's to add).
-    ``mask`` (additive, float32, (B, H, N_q, N_k) with stride-0 broadcasts) and ``lengths`` (int32 (B, 1):
-    the keys each batch row has) hide key positions; a row left with no key and no sink gets out = 0.
-    """
-    batch, heads, n, _ = q.shape
-    kv_heads, n_k, dv = k.shape[1], k.shape[2], v.shape[-1]
-    out = _new((batch, heads, n, dv), q)
-    lse = _new((batch, heads, n), q, torch.float32)
-    t_out = _new((batch, heads, n, dv), q) if tangents is not None else None
-    t_lse = _new((batch, heads, n), q, torch.float32) if tangents is not None else None
-    tq, tk, tv = tangents if tangents is not None else (q, k, v)  # placeholders, unused without TANGENT
-    cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
-    args = _shared_args("tangent" if tangents is not None else "forward", q, v, settings, mask is not None)
-    grid = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
-    masking, flags = _mask_args(mask, lengths, lse)
-    pointers, mask_strides = masking[:2], masking[2:]
-    _forward_kernel[grid](
-        q, k, v, tq, tk, tv, sink if sink is not None else lse, cos, sin, out,
-        t_out if t_out is not None else out, lse, t_lse if t_lse is not None else lse, *pointers,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *mask_strides,
-        n, n_k, heads, heads // kv_heads, settings.scale,
-        HAS_SINK=sink is not None, TANGENT=tangents is not None, **flags, **args,
-    )
-    return out, lse, t_out, t_lse
-
-
-BackwardTangents = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def backward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    d_out: torch.Tensor, settings: CallSettings, tangents: BackwardTangents | None = None,
-    mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """(dq, dk, dv, delta) with delta = rowsum(dO * O) (B, H, N), which the sink's gradient needs.
-
-    With ``tangents`` = (tq, tk, tv, t_dO, t_lse, t_out) (the tangents of the inputs, of the output
-    gradient, and of the forward pass's lse and output along them) the same launches also return the
-    tangents of all four: (dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta), the fused second order.
-    """
-    batch, heads, n, _ = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
-    d_out = d_out.contiguous()
-    delta = (d_out.float() * out.float()).sum(-1).contiguous()
-    dq, dk, dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
-    if tangents is not None:
-        tq, tk, tv, t_dout, t_lse, t_out = (t.contiguous() for t in tangents)
-        t_delta = (t_dout.float() * out.float() + d_out.float() * t_out.float()).sum(-1).contiguous()
-        t_dq, t_dk, t_dv = _new(tuple(q.shape), q), _new(tuple(k.shape), k), _new(tuple(v.shape), v)
-    else:  # placeholders, unused without TANGENT
-        tq, tk, tv, t_dout, t_lse, t_delta, t_dq, t_dk, t_dv = q, k, v, d_out, lse, delta, dq, dk, dv
-    cos, sin = rope_tables(max(n, n_k), settings.rope_dims, settings.rope_base, q.device)
-    # dq, dk, dv and their tangents are written with the strides of q, k, v: the caller passes contiguous inputs.
-    masking, flags = _mask_args(mask, lengths, lse)
-    pointers, mask_strides = masking[:2], masking[2:]
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3], *mask_strides)
-    second = tangents is not None
-    args = _shared_args("dkdv_tangent" if second else "dkdv", q, v, settings, mask is not None)
-    grid_kv = (triton.cdiv(n_k, args["BLOCK_N"]), batch * kv_heads)
-    _backward_dkdv_kernel[grid_kv](
-        q, k, v, d_out, lse, delta, cos, sin, dk, dv, tq, tk, tv, t_dout, t_lse, t_delta, t_dk, t_dv, *pointers,
-        *strides, n, n_k, heads, kv_heads, heads // kv_heads, settings.scale, TANGENT=second, **flags, **args,
-    )
-    args = _shared_args("dq_tangent" if second else "dq", q, v, settings, mask is not None)
-    grid_q = (triton.cdiv(n, args["BLOCK_M"]), batch * heads)
-    _backward_dq_kernel[grid_q](
-        q, k, v, d_out, lse, delta, cos, sin, dq, tq, tk, tv, t_dout, t_lse, t_delta, t_dq, *pointers,
-        *strides, n, n_k, heads, heads // kv_heads, settings.scale, TANGENT=second, **flags, **args,
-    )
-    if second:
-        return dq, dk, dv, delta, t_dq, t_dk, t_dv, t_delta
-    return dq, dk, dv, delta

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attnid.train import modelsym
-from attnid import symmetry as sym
+from attnid import balancing as bal
 from attnid.layer import forward as attention_forward
 from attnid.layer import init_params as attention_init
 from attnid.runtime import check_seed
@@ -295,7 +295,7 @@ def gram_drift(start: tuple[torch.Tensor, ...], now: tuple[torch.Tensor, ...], s
     the change is measured from ``scale`` times the start (dX = X(t) - scale X(0)).
     """
     dq, dk, dv, do = (b - scale * a for a, b in zip(start, now, strict=True))
-    dq, dk = sym.project_commutant(dq, spec), sym.project_commutant(dk, spec)
+    dq, dk = bal.project_commutant(dq, spec), bal.project_commutant(dk, spec)
     return (float(torch.sqrt(dq.norm() ** 2 + dk.norm() ** 2) / size), float(torch.sqrt(dv.norm() ** 2 + do.norm() ** 2) / size))
 
 
@@ -320,7 +320,7 @@ def train_text(
     """Train from ``init_model(seed)`` on random windows drawn with the same seed; see the module docstring.
 
     rebalance 'balance': every ``balance_every`` steps, each attention layer moves to the
-    balanced point of its orbit (``attnid.symmetry.balance``, computed in float64): the same
+    balanced point of its orbit (``attnid.balancing.balance``, computed in float64): the same
     function; the optimiser state stays as it is. measure_every: every so many steps (0: never)
     record, per attention layer, the drift of the conserved quantities since step 0 next to the
     drift of the Gram matrices they are differences of (``gram_drift``), both also measured from
@@ -346,8 +346,8 @@ def train_text(
     decay = 1.0 - lr * weight_decay if optimiser == "adamw" else 1.0
     attn = [layer_attention(params, layer) for layer in range(spec.layers)]
     as64 = [lambda a=a: {n: p.detach().to("cpu", torch.float64, copy=True) for n, p in a.items()} for a in attn]
-    start_c = [sym.conserved_quantities(f(), spec.attention) for f in as64]
-    start_g = [sym.grams(f(), spec.attention) for f in as64]
+    start_c = [bal.conserved_quantities(f(), spec.attention) for f in as64]
+    start_g = [bal.grams(f(), spec.attention) for f in as64]
     size = [squared_norm(f()) for f in as64]
 
     dead0 = [dead_parts(f(), spec.attention) for f in as64]
@@ -381,7 +381,7 @@ def train_text(
                     history.shares.append((step, layer, modelsym.model_shares(update, before[layer], spec.attention,
                                                                               input_null, output_null)))
                 if measure:
-                    c_now, g_now = sym.conserved_quantities(now, spec.attention), sym.grams(now, spec.attention)
+                    c_now, g_now = bal.conserved_quantities(now, spec.attention), bal.grams(now, spec.attention)
                     shrink = decay ** (2 * (step + 1))  # AdamW's decay alone multiplies every Gram, so C, by this
                     history.drift.append((
                         step, layer, *conservation_drift(start_c[layer], c_now, size[layer]),
@@ -397,7 +397,7 @@ def train_text(
                         history.dead.append((step, layer, part, moved, beyond, rms_step))
             if rebalance == "balance" and (step + 1) % balance_every == 0:
                 for a, f in zip(attn, as64, strict=True):
-                    for name, value64 in sym.balance(f(), spec.attention).items():
+                    for name, value64 in bal.balance(f(), spec.attention).items():
                         a[name].copy_(value64.to(a[name]))
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             history.eval_steps.append(step + 1)

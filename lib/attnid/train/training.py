@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from attnid import balancing as bal
+
 from attnid import symmetry as sym
 from attnid.jacobian import flatten
 from attnid.layer import forward, init_params
@@ -239,7 +241,7 @@ def train(
     shares every so many steps (0: never). Loss, conservation drift and the key bias's norm are
     recorded at every step. A run whose loss or parameters stop being finite stops there and
     records the step in ``history.diverged``; so does a balanced run whose factors have collapsed
-    so far that no balanced point exists (a singular Gram matrix: ``sym.SingularGramError``),
+    so far that no balanced point exists (a singular Gram matrix: ``bal.SingularGramError``),
     which happens only after the parameters have grown by many orders of magnitude.
 
     gradient: 'loss' (the loss's gradient) or 'random' (every gradient replaced by an isotropic
@@ -260,7 +262,7 @@ def train(
     opt = make_optimiser(optimiser, list(params.values()), lr, weight_decay)
     attn = attention_part(params)
     spec = problem.spec
-    start_c = sym.conserved_quantities({n: p.detach() for n, p in attn.items()}, spec)
+    start_c = bal.conserved_quantities({n: p.detach() for n, p in attn.items()}, spec)
     size = squared_norm(attn)
     history = History()
     noise = torch.Generator().manual_seed(30_000 + seed)
@@ -290,8 +292,8 @@ def train(
             elif rebalance == "balance" and (step + 1) % balance_every == 0:
                 point = {n: p.detach() for n, p in attn.items()}
                 try:
-                    element = sym.balancing_element(point, spec)
-                except sym.SingularGramError:
+                    element = bal.balancing_element(point, spec)
+                except bal.SingularGramError:
                     history.diverged = step
                     break
                 for name, value in sym.apply_group(point, spec, element).items():
@@ -299,7 +301,7 @@ def train(
                 if transport_state:
                     _transport_state(opt, attn, spec, element)
             now = {n: p.detach() for n, p in attn.items()}
-            history.drift.append(conservation_drift(start_c, sym.conserved_quantities(now, spec), size))
+            history.drift.append(conservation_drift(start_c, bal.conserved_quantities(now, spec), size))
             history.key_bias.append(float(now["b_K"].norm()) if "b_K" in now else float("nan"))
     history.final = {n: p.detach().clone() for n, p in params.items()}
     return history

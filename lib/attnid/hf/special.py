@@ -1,0 +1,128 @@
+"""``config.json`` mappers of model types whose attention is not plain multi-head, registered in
+``attnid.hf.read``'s registry: ALiBi (BLOOM, MPT), T5's learned relative position bias (T5, mT5,
+UMT5), and hybrids whose other layers are not softmax attention (Jamba, Qwen3-Next).
+"""
+
+from __future__ import annotations
+from dataclasses import replace
+from typing import Any
+from attnid.families.alibi import AlibiSpec
+from attnid.counts import count
+from attnid.families.gated import GatedSpec
+from attnid.hf.read import (LAYER_KINDS, Config, LayerGroup, _heads, _shown, _spec, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base, rope_fraction)
+from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
+from attnid.hf.models import CLIP_QKV, QK_LAYERNORM, mosaic
+
+
+def map_jamba(cfg: Config) -> list[LayerGroup]:
+    """Jamba: attention layers every attn_layer_period layers from attn_layer_offset (GQA, no RoPE, no biases);
+    the Mamba layers are not attention and are not counted."""
+    d, h, kv, dk = _heads(cfg)
+    n = cfg.layers()
+    period = cfg.integer("attn_layer_period", 8)
+    offset = cfg.value("attn_layer_offset", 4)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
+        raise cfg._fail("attn_layer_offset", f"must be an integer from 0 to attn_layer_period - 1, got {_shown(offset)}")
+    kinds = ["full_attention" if i % period == offset else "mamba" for i in range(n)]
+    cfg.mark_read(*(k for k in cfg.raw if k.startswith("mamba_")))  # the Mamba layers' settings
+
+    def make(kind: str) -> LayerGroup | Any:
+        if kind == "mamba":
+            return LayerGroup.not_counted("mamba", 1, "a Mamba (state-space) layer, not attention")
+        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, causal=True)
+
+    return group_layers(kinds, make)
+
+
+def map_bloom(cfg: Config) -> list[LayerGroup]:
+    """BLOOM: multi-head attention with biases everywhere and ALiBi (``attnid.families.alibi``)."""
+    d = cfg.integer("hidden_size", None, "n_embed")
+    h = cfg.integer("n_head", None, "num_attention_heads")
+    n = cfg.layers()
+    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
+    cfg.mark_read("skip_bias_add", "skip_bias_add_qkv", "offset_alibi", "slow_but_exact")  # Megatron-DeepSpeed switches
+    return [LayerGroup.from_layout("full_attention", n, AlibiSpec(spec))]
+
+
+def map_mpt(cfg: Config) -> list[LayerGroup]:
+    """MPT: multi-head attention, no biases (no_bias), ALiBi (``attnid.families.alibi``) or learned positions (attn_config);
+    clip_qkv and qk_ln are not covered."""
+    d, h, n, attn = mosaic(cfg)
+    kind = attn.get("attn_type", "multihead_attention")
+    if kind not in ("multihead_attention", "multiquery_attention", "grouped_query_attention"):
+        raise ValueError(f"{cfg.where}: attn_config.attn_type {_shown(kind)} is not an attention this tool reads")
+    kv = {"multihead_attention": h, "multiquery_attention": 1}.get(kind, attn.get("kv_n_heads", h))
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, bias="none" if cfg.flag("no_bias", True) else "qkvo",
+                 causal=not attn.get("prefix_lm", False))
+    note = (CLIP_QKV if attn.get("clip_qkv") is not None else QK_LAYERNORM if attn.get("qk_ln", False) else "")
+    cfg.mark_read("learned_pos_emb", "max_seq_len", "norm_type")
+    layout = AlibiSpec(spec) if attn.get("alibi", False) else spec
+    return [LayerGroup.from_layout("full_attention", n, layout, note=note)]
+
+
+def map_t5(cfg: Config) -> list[LayerGroup]:
+    """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
+    layer): encoder and decoder self-attention (``attnid.families.relbias``), counted at inputs long enough to reach every
+    bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
+    uses another layer's table sees it as fixed offsets, which change no count (chapter 7b)."""
+    d = cfg.integer("d_model", None, "hidden_size")
+    h = cfg.integer("num_heads", None, "num_attention_heads")
+    dk = cfg.integer("d_kv", d // h)
+    encoder = cfg.integer("num_layers", None, "num_hidden_layers")
+    decoder = cfg.integer("num_decoder_layers", encoder)
+    buckets = cfg.integer("relative_attention_num_buckets", T5_BUCKETS)
+    distance = cfg.integer("relative_attention_max_distance", T5_MAX_DISTANCE)
+    per_layer = cfg.value("model_type") == "umt5"
+    cfg.mark_read("is_decoder", "scale_decoder_outputs")
+    groups = []
+    for kind, layers, causal in (("encoder_self_attention", encoder, False), ("decoder_self_attention", decoder, True)):
+        spec = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, causal=causal)
+        try:
+            table = RelativeBiasSpec(spec, buckets, distance)
+        except ValueError as exc:
+            raise ValueError(f"{cfg.where}: {exc}") from None
+        if per_layer:
+            groups.append(LayerGroup.from_layout(kind, layers, table))
+            continue
+        groups.append(LayerGroup.from_layout(f"{kind}_with_table", 1, table))
+        if layers > 1:
+            shared = replace(count(spec), note="adds the first layer's relative-bias table, fixed offsets for this layer")
+            groups.append(LayerGroup.from_count(kind, layers - 1, shared))
+    groups.append(LayerGroup.not_counted("cross_attention", decoder, "cross-attention to the encoder's output: its "
+                                                                     "keys and values come from another sequence"))
+    return groups
+
+
+def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
+    """Qwen3-Next: full-attention layers with an elementwise output gate (``attnid.families.gated``), a shared QK-norm and
+    partial RoPE; the linear-attention (Gated DeltaNet) layers are outside softmax attention and not counted."""
+    d, h, kv, dk = _heads(cfg, 256)
+    n = cfg.layers()
+    interval = cfg.integer("full_attention_interval", 4)
+    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
+    fraction = rope_fraction(cfg, 0.25)
+    eps = cfg.number("rms_norm_eps", 1e-6)
+    bias = cfg.flag("attention_bias", False)
+    base = rope_base(cfg, 10000.0)
+    if cfg.flag("use_sliding_window", False):
+        raise cfg._fail("use_sliding_window", "is true, but Qwen3-Next's full-attention layers have no window")
+    linear = {k: cfg.value(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim")}
+
+    def make(kind: str) -> LayerGroup | Any:
+        if kind == "linear_attention":
+            return LayerGroup.not_counted("linear_attention", 1, "Gated DeltaNet linear attention (" + ", ".join(
+                f"{k} {_shown(v)}" for k, v in linear.items() if v is not None) + "), outside softmax attention")
+        if kind not in LAYER_KINDS:
+            return _unknown_kind(kind)
+        base_spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk,
+                          bias="qkvo" if bias else "none", rope_fraction=fraction, rope_base=base, causal=True,
+                          qk_norm="shared", qk_norm_eps=eps, window=_window(cfg, kind))
+        return LayerGroup.from_layout(kind, 1, GatedSpec(base_spec, "elementwise", gate_bias=bias))
+
+    return group_layers(kinds, make)
+
+
+for _type, _mapper in {"jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5,
+                       "umt5": map_t5, "qwen3_next": map_qwen3_next}.items():
+    register(_type, _mapper)
