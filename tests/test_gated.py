@@ -9,6 +9,7 @@ import torch
 
 from attnid import families, layer
 from attnid.families import gated
+from attnid.hf import qwen3_next
 from attnid.cli import main
 from attnid.families.gated import GatedSpec
 from attnid.spec import AttentionSpec
@@ -143,6 +144,6 @@ def test_the_cli_counts_and_verifies_a_gated_layout(capsys) -> None:
 def test_qwen3_next_s_own_attention_computes_the_gated_layer_and_has_its_count(bias) -> None:
     pytest.importorskip("transformers.models.qwen3_next")
     spec = gated.qwen3_next_spec(heads=2, kv_heads=1, head_dim=4, rope_fraction=0.5, bias=bias)
-    check = gated.hf_cross_check(spec)
+    check = qwen3_next.hf_cross_check(spec)
     assert check.same_function < 1e-13 and check.symmetry_change < 1e-13 and check.off_orbit_change > 1e-7
     assert check.numeric == check.exact == gated.count(spec).unidentified
