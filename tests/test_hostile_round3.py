@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,24 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LIB), os.environ.get("PY
 COMMAND = [sys.executable, "-m", "attnid"]
 
 
-MEMORY_CAP = 2**30  # what one config may add to the process's peak resident memory
+MEMORY_CAP = 2**30  # what one config may add to the process's address space
 
 
-def peak_bytes() -> int:
-    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+@contextlib.contextmanager
+def address_space_cap(extra: int) -> Iterator[None]:
+    """Cap this process's address space (RLIMIT_AS) at its size now plus ``extra`` bytes, then restore the limit.
+
+    An allocation past the cap fails at once (MemoryError), whatever ran before: unlike the peak resident
+    memory (ru_maxrss, a high-water mark), the cap checks each run on its own.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+    cap = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:
@@ -106,11 +119,16 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
 def test_count_config_keeps_its_contract_on_fuzzed_configs(tmp_path: Path, cfg: dict[str, Any]) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")  # NaN and Infinity are written as JSON's common extension
-    before = peak_bytes()
-    assert_contract(*run_main(["count", "--config", str(path), "--json"]))
-    code, _, err = run_main(["count", "--config", str(path)])  # the text report takes the same paths
+    with address_space_cap(MEMORY_CAP):  # a config that makes the reader allocate > 1 GiB fails here
+        assert_contract(*run_main(["count", "--config", str(path), "--json"]))
+        code, _, err = run_main(["count", "--config", str(path)])  # the text report takes the same paths
     assert "Traceback" not in err and code in (0, 2), err
-    assert peak_bytes() - before < MEMORY_CAP, f"a {len(path.read_bytes())}-byte config raised the peak memory by >1 GiB"
+
+
+def test_the_address_space_cap_stops_an_allocation_past_it() -> None:
+    with address_space_cap(64 * 2**20), pytest.raises(MemoryError):
+        bytearray(512 * 2**20)
+    assert len(bytearray(512 * 2**20)) == 512 * 2**20  # the limit is back as it was
 
 
 FLAG_VALUES = st.sampled_from(["0", "-1", "1", "2", "3", "8", "64", "1e3", "nan", "inf", "-inf", "1.5", "true", "",

@@ -183,3 +183,26 @@ def test_an_experiments_progress_bar_reaches_the_terminal_not_the_stored_noteboo
     assert "probe-bar" in run.stderr and "2/2" in run.stderr  # the terminal shows the bar
     outputs = nbformat.read(out, as_version=4).cells[0].outputs
     assert [o.get("text") for o in outputs] == ["[1, 2]\n"]  # the notebook keeps the result only
+
+
+def test_list_stale_names_the_files_a_changed_module_stales(tmp_path: Path) -> None:
+    # make stale is `reproduce.py --list-stale`: exit 0 and one data file a line. On a copy of the library where one
+    # module gains a statement, the stale files are exactly those whose writers loaded it (a comment stales none).
+    import shutil
+
+    from attnbook.provenance import read_all_provenance, stale_reasons
+
+    done = subprocess.run([sys.executable, "scripts/reproduce.py", "--list-stale"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout == "".join(f"{f}\n" for f in sorted(reproduce.stale_files(ROOT)))
+    code = tmp_path / "lib"
+    shutil.copytree(ROOT / "lib", code, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    records = [r for r in read_all_provenance(ROOT) if r["notebook"].endswith(".ipynb")]
+    module = code / "attnid" / "families" / "gated.py"
+    module.write_text(module.read_text() + "\n# a comment\n")
+    assert not [r for r in records if stale_reasons(r, ROOT, code) and not stale_reasons(r, ROOT)]
+    module.write_text(module.read_text() + "_ADDED = 1\n")
+    newly = {r["file"] for r in records if stale_reasons(r, ROOT, code) and not stale_reasons(r, ROOT)}
+    assert newly == {r["file"] for r in records if "attnid/families/gated.py" in r["depends_on"]
+                     and not stale_reasons(r, ROOT)}
+    assert newly  # chapter 7b checks the output-gated family
