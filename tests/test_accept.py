@@ -9,6 +9,7 @@ import papermill
 import pytest
 
 from attnbook.accept import accepted_record, canary_parameters, compare_canaries
+from attnbook.codehash import file_hash
 from attnbook.provenance import currency
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,14 +40,21 @@ def test_canaries_are_compared_file_by_file_sidecars_aside() -> None:
     assert compare_canaries(base, {"data/a.csv": b"1\n"}) == ["data/b.csv"]
 
 
-def test_an_accepted_record_keeps_its_bytes_and_takes_todays_dependencies() -> None:
+def test_an_accepted_record_keeps_its_bytes_and_takes_todays_dependencies(tmp_path: Path) -> None:
+    code = tmp_path / "lib"
+    (code / "attnid").mkdir(parents=True)
+    (code / "attnid" / "only_full.py").write_text("X = 1\n")  # loaded by the full run, never by the canary
     record = {"file": "data/x.csv", "sha256": "s", "notebook": "experiments/e.ipynb", "parameters": {"SEEDS": 10},
-              "rule": "ast-unparse/1", "depends_on": {"attnid/old.py": "1"}, "notebook_source_sha256": "n0"}
-    canary = {"rule": "ast-unparse/1", "depends_on": {"attnid/new.py": "2"}, "notebook_source_sha256": "n1",
-              "parameters": {"SEEDS": 1}, "sha256": "other"}
-    new = accepted_record(record, canary, "f" * 40, {"SEEDS": 1})
+              "rule": "ast-unparse/1", "depends_on": {"attnid/old.py": "1", "attnid/only_full.py": "2"},
+              "notebook_source_sha256": "n0"}
+    canary = {"rule": "ast-unparse/1", "depends_on": {"attnid/new.py": "3"}, "notebook_source_sha256": "n1",
+              "parameters": {"SEEDS": 1}, "sha256": "other", "inputs": {"data/up.csv": "u"}}
+    new = accepted_record(record, canary, "f" * 40, {"SEEDS": 1}, code)
     assert new["sha256"] == "s" and new["parameters"] == {"SEEDS": 10}
-    assert new["depends_on"] == {"attnid/new.py": "2"} and new["notebook_source_sha256"] == "n1"
+    # the canary's modules, and the full run's that the canary never loaded, re-hashed today (a gone one is dropped:
+    # accept_writer refuses before that, since stale_reasons names it gone)
+    assert new["depends_on"] == {"attnid/new.py": "3", "attnid/only_full.py": file_hash(code / "attnid" / "only_full.py")}
+    assert new["notebook_source_sha256"] == "n1" and new["inputs"] == {"data/up.csv": "u"}
     assert new["accepted"] == {"by": "canary", "base": "f" * 40, "parameters": {"SEEDS": 1}}
     assert currency(new).startswith("canary at ffffffffff")
 

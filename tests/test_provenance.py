@@ -358,3 +358,61 @@ def test_an_old_rule_sidecar_is_read_explained_and_moved_only_when_sound(tmp_pat
         handle.write("_ADDED = 1\n")
     assert migrated(legacy, code, after) is None  # behaviour changed: only a run or a canary decides
     assert migrated(moved, code, code) is None  # already under today's rule
+
+
+def test_the_writer_format_is_pinned() -> None:
+    # provenance.py is out of every hash, so its formats are pinned here: a change to how a value is written fails
+    # this test instead of silently changing the bytes of every future run.
+    assert csv_text(["a", "b", "c"], [(1, 0.5, True), (-2, 1e-20, None), ("x", 3.0, "")]) == (
+        "a,b,c\n1,0.5,True\n-2,1e-20,None\nx,3.0,\n")
+    assert sidecar_bytes({"b": [1, 2], "a": {"y": 0.5, "x": "s"}}) == (
+        b'{\n  "a": {\n    "x": "s",\n    "y": 0.5\n  },\n  "b": [\n    1,\n    2\n  ]\n}\n')
+
+
+def test_only_the_books_plumbing_is_out_of_the_hash() -> None:
+    # NOT_A_DEPENDENCY takes a module out of every data file's hash: the list is pinned, so a module cannot leave it
+    # unnoticed (each entry names its reason in its own source).
+    from attnbook.codehash import exemption
+
+    exempt = sorted(p.relative_to(code_root()).as_posix() for p in code_root().rglob("*.py")
+                    if "egg-info" not in str(p) and exemption(p))
+    assert exempt == ["attnbook/accept.py", "attnbook/browser.py", "attnbook/celltags.py", "attnbook/chapter.py",
+                      "attnbook/codehash.py", "attnbook/devices.py", "attnbook/downloads.py", "attnbook/paths.py",
+                      "attnbook/pdf.py", "attnbook/provenance.py", "attnbook/snapshot.py", "attnbook/sphinxext.py",
+                      "attnbook/style.py"]
+
+
+def test_docstring_readers_are_found_in_every_form(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    forms = ["f.__doc__", "__doc__", "getattr(f, '__doc__')", "from inspect import getdoc as g", "inspect.getdoc(f)"]
+    for form in forms:
+        path.write_text(f"x = 1\n{form}\n")
+        assert reads_docstrings(path) == [2], form
+    path.write_text('"""A docstring."""\nx = 1\n')
+    assert reads_docstrings(path) == []
+
+
+def test_a_data_file_read_before_a_write_is_an_input(tmp_path: Path) -> None:
+    import attnbook
+
+    root = _book(tmp_path)
+    _write(root, "up.csv")  # another writer's file (the sidecar names chapters/n.ipynb; this chapter is chapters/m)
+    nbformat.write(nbformat.read(root / "chapters" / "n.ipynb", as_version=4), root / "chapters" / "m.ipynb")
+    import os
+
+    previous = os.environ.get("ATTNBOOK_ROOT")
+    os.environ["ATTNBOOK_ROOT"] = str(root)
+    try:
+        book = attnbook.setup("chapters/m.ipynb", {"SEED": 3, "SIZES": [1, 2]})
+        rows = book.read_csv("up.csv")
+        out = book.write_csv("down.csv", ["a"], [(len(rows),)])
+    finally:
+        if previous is None:
+            os.environ.pop("ATTNBOOK_ROOT", None)
+        else:
+            os.environ["ATTNBOOK_ROOT"] = previous
+    record = json.loads(sidecar_path_of(out).read_text())
+    assert record["inputs"] == {"data/up.csv": hashlib.sha256((root / "data" / "up.csv").read_bytes()).hexdigest()}
+    assert stale_reasons(record, root) == []
+    _write(root, "up.csv", rows=((9, "z"),))  # the upstream file is re-run with other numbers
+    assert stale_reasons(record, root) == ["its input data/up.csv changed"]

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from attnbook.machine import portable_environment
-from attnbook.provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, read_all_provenance, rule_of, sidecar_bytes,
+from attnbook.codehash import exemption, file_hash
+from attnbook.provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, package_versions, read_all_provenance, rule_of, sidecar_bytes,
                          sidecar_path, stale_reasons, write_bytes)
 
 NOT_A_DEPENDENCY = "decides whether a sidecar may be rewritten; computes no number of any data file"
@@ -118,7 +119,8 @@ def run_canary(tree: Path, notebook: str, parameters: Mapping[str, Any]) -> dict
             sidecar.with_name(sidecar.name.removesuffix(SIDECAR_SUFFIX)).unlink(missing_ok=True)
             sidecar.unlink()
     before = _data_files(tree)
-    env = {**os.environ, **portable_environment(), "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree)}
+    env = {**os.environ, **portable_environment(), "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree),
+           "PYTHONHASHSEED": "0"}
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # papermill's kernel inherits this process's environment
@@ -134,6 +136,13 @@ def run_canary(tree: Path, notebook: str, parameters: Mapping[str, Any]) -> dict
     return {rel: content for rel, content in after.items() if before.get(rel) != content}
 
 
+def _ran_on(tree: Path, written: Mapping[str, bytes]) -> bool:
+    """Whether every sidecar a canary wrote records the modules of ``tree``'s own library, as they are there."""
+    sidecars = [json.loads(v) for k, v in written.items() if k.endswith(SIDECAR_SUFFIX)]
+    return bool(sidecars) and all((tree / "lib" / rel).is_file() and file_hash(tree / "lib" / rel, rule_of(sc)) == digest
+                                  for sc in sidecars for rel, digest in sc["depends_on"].items())
+
+
 def compare_canaries(base: Mapping[str, bytes], work: Mapping[str, bytes]) -> list[str]:
     """The data files (not sidecars) whose canary bytes differ between the two runs, or that only one wrote."""
     names = {n for n in (*base, *work) if not n.endswith(SIDECAR_SUFFIX)}
@@ -141,10 +150,20 @@ def compare_canaries(base: Mapping[str, bytes], work: Mapping[str, bytes]) -> li
 
 
 def accepted_record(record: Mapping[str, Any], canary_sidecar: Mapping[str, Any], revision: str,
-                    parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` with today's dependencies and source (from the work tree's canary sidecar), marked accepted."""
-    keep = {k: v for k, v in record.items() if k not in ("depends_on", "rule", "notebook_source_sha256", "accepted")}
-    return {**keep, "rule": canary_sidecar["rule"], "depends_on": canary_sidecar["depends_on"],
+                    parameters: Mapping[str, Any], code: Path) -> dict[str, Any]:
+    """``record`` with today's dependencies, inputs and source (from the work tree's canary sidecar), marked accepted.
+
+    A full run may load modules the canary never reaches: those recorded dependencies are kept,
+    re-hashed under today's rule at ``code`` (``accept_writer`` refuses first when one is gone), so
+    an edit to them still stales the file.
+    """
+    keep = {k: v for k, v in record.items()
+            if k not in ("depends_on", "rule", "notebook_source_sha256", "accepted", "inputs")}
+    depends = {rel: file_hash(code / rel) for rel in record["depends_on"]
+               if (code / rel).is_file() and exemption(code / rel) is None}
+    depends.update(canary_sidecar["depends_on"])
+    inputs = {"inputs": canary_sidecar["inputs"]} if canary_sidecar.get("inputs") else {}
+    return {**keep, "rule": canary_sidecar["rule"], "depends_on": dict(sorted(depends.items())), **inputs,
             "notebook_source_sha256": canary_sidecar["notebook_source_sha256"],
             "accepted": {"by": "canary", "base": revision, "parameters": dict(parameters)}}
 
@@ -168,9 +187,18 @@ def migrate(root: Path, base: Path, revision: str) -> list[Outcome]:
 
 
 def _canary_blockers(record: Mapping[str, Any], root: Path, base: Path) -> list[str]:
-    """Why a canary cannot decide for this record (its bytes or parameters changed, or it was stale at base)."""
+    """Why a canary cannot decide for this record: its bytes, parameters or inputs changed, a module it loaded is
+    gone, it was written on another device or with other package versions, or it was stale at base."""
     blockers = [r for r in stale_reasons(record, root, root / "lib")
-                if "differs from the bytes" in r or "non-default parameters" in r or "is gone" in r and "writer" in r]
+                if "differs from the bytes" in r or "non-default parameters" in r or "is gone" in r
+                or "its input" in r]
+    if record["device"] != "cpu":
+        blockers.append(f"written on {record['device']}; a canary runs on the CPU")
+    now = package_versions()
+    changed = sorted(k for k, v in record["versions"].items() if now.get(k) != v)
+    if changed:
+        blockers.append("written with other versions of " + ", ".join(f"{k} ({record['versions'][k]}, now {now.get(k)})"
+                                                                       for k in changed))
     at_base = stale_reasons(record, base, base / "lib")
     if at_base:
         blockers.append(f"not current at the base revision either ({'; '.join(at_base[:3])})")
@@ -180,15 +208,18 @@ def _canary_blockers(record: Mapping[str, Any], root: Path, base: Path) -> list[
 def accept_writer(root: Path, base: Path, revision: str, writer: str, records: list[dict[str, Any]]) -> Outcome:
     """Run ``writer``'s canary at base and work tree; rewrite its sidecars when the bytes agree."""
     files = tuple(r["file"] for r in records)
+    git(base, "reset", "--quiet", "--hard")  # the base as committed: no earlier canary's outputs
+    git(base, "clean", "-fdxq")
     blockers = [f"{r['file']}: {b}" for r in records for b in _canary_blockers(r, root, base)]
     if blockers:
         return Outcome(writer, files, "full run due", "; ".join(blockers))
     parameters = canary_parameters(root / writer)
     with work_tree_copy(root) as work:
-        git(base, "reset", "--quiet", "--hard")  # the base as committed: no earlier canary's outputs
-        git(base, "clean", "-fdxq")
         base_bytes = run_canary(base, writer, parameters)
         work_bytes = run_canary(work, writer, parameters)
+        wrong = [tree for tree, found in ((base, base_bytes), (work, work_bytes)) if not _ran_on(tree, found)]
+        if wrong:
+            return Outcome(writer, files, "full run due", f"a canary did not run on its own tree's library: {wrong}")
         differ = compare_canaries(base_bytes, work_bytes)
         missing = [f for f in files if f not in work_bytes]
         if differ or missing:
@@ -197,7 +228,7 @@ def accept_writer(root: Path, base: Path, revision: str, writer: str, records: l
             return Outcome(writer, files, "full run due", why)
         for record in records:
             canary = json.loads(work_bytes[record["file"] + SIDECAR_SUFFIX])
-            _write_record(root, accepted_record(record, canary, revision, parameters))
+            _write_record(root, accepted_record(record, canary, revision, parameters, root / "lib"))
     return Outcome(writer, files, "accepted", f"canary {parameters} gave the same bytes at {revision[:10]}")
 
 

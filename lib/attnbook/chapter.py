@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class Chapter:
     root: Path
     device: torch.device
     parameters: dict[str, Any]
+    inputs: dict[str, str] = field(default_factory=dict)  # {data file read: its sha256}, recorded with every write
 
     @property
     def device_name(self) -> str:
@@ -47,7 +48,7 @@ class Chapter:
     def write_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
         """Write data/<name> atomically with its provenance sidecar."""
         return write_csv(name, header, rows, notebook=self.notebook, parameters=self.parameters,
-                         device=self.device_name, root=self.root)
+                         device=self.device_name, root=self.root, inputs=self.inputs)
 
     def provenance(self, name: str) -> dict[str, Any]:
         """The provenance record of data/<name> (its writer, parameters, versions), after checking the pair."""
@@ -56,7 +57,9 @@ class Chapter:
     def read_csv(self, name: str) -> list[dict[str, str]]:
         """The rows of data/<name> as dicts of strings, after checking the file against its sidecar."""
         path = data_dir(self.root) / name
-        check_pair(path)
+        record = check_pair(path)
+        if record["notebook"] != self.notebook:  # another writer's file: what this notebook writes next depends on it
+            self.inputs[record["file"]] = record["sha256"]
         with open(path, newline="") as handle:
             return list(csv.DictReader(handle))
 

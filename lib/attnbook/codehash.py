@@ -88,9 +88,10 @@ def loaded_files(root: Path) -> list[Path]:
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] not in TRACKED_PACKAGES or not getattr(module, "__file__", None):
             continue
-        if isinstance(getattr(module, EXEMPT_ATTRIBUTE, None), str):
+        path = Path(module.__file__).resolve()
+        if exemption(path) is not None:  # declared in the module's own source, as ``migrated`` reads it
             continue
-        files.add(Path(module.__file__).resolve())
+        files.add(path)
         files.update(Path(f).resolve() for f in getattr(module, "DATA_FILES", ()))
     return sorted(f for f in files if f.is_relative_to(root))
 
@@ -101,11 +102,16 @@ def loaded_dependencies(root: Path) -> dict[str, str]:
 
 
 def reads_docstrings(path: Path) -> list[int]:
-    """Line numbers where the module at ``path`` reads a docstring at run time (``__doc__``, ``getdoc``)."""
+    """Line numbers where the module at ``path`` may read a docstring at run time.
+
+    ``x.__doc__``, a bare ``__doc__``, ``getdoc`` however imported or called, and the strings
+    ``"__doc__"`` and ``"getdoc"`` (as in ``getattr(f, "__doc__")``).
+    """
+    names = ("__doc__", "getdoc")
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Attribute) and node.attr in ("__doc__", "getdoc"):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Name) and node.id == "getdoc":
-            lines.append(node.lineno)
+        if (isinstance(node, ast.Attribute) and node.attr in names or isinstance(node, ast.Name) and node.id in names
+                or isinstance(node, ast.Constant) and node.value in names
+                or isinstance(node, ast.alias) and node.name in names):
+            lines.append(getattr(node, "lineno", 0) or 0)
     return sorted(lines)

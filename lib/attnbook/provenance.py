@@ -15,6 +15,7 @@ found at run time rather than assumed:
 * ``notebook_source_sha256``: the writer's own source (a notebook's cell sources, outputs
   excluded; a script's bytes);
 * ``parameters``: the values it ran with;
+* ``inputs`` (only when the writer read data files first): {data file: SHA-256} of what it read;
 * ``accepted`` (only when the file was not written by a full run of today's code): how its
   currency was established instead, by ``make accept`` (``attnbook.accept``): a canary run that
   gave the same bytes at the base revision and at the work tree, or the move of an old-rule
@@ -190,13 +191,13 @@ def _json(value: Any) -> Any:
 
 
 def provenance_record(path: Path, content: bytes, notebook: str, parameters: Mapping[str, Any], device: str,
-                      root: Path, data: Path) -> dict[str, Any]:
+                      root: Path, data: Path, inputs: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the sidecar of ``path`` (holding ``content``, under the data folder ``data``) records;
     see the module docstring. ``notebook`` is the writer's path from the book's ``root``."""
     source = root / notebook
     if not source.is_file():
         raise ValueError(f"notebook or script {notebook!r} not found under {root}")
-    return {
+    record = {
         "file": path.resolve().relative_to(data.resolve().parent).as_posix(),
         "sha256": hashlib.sha256(content).hexdigest(),
         "notebook": notebook,
@@ -207,6 +208,9 @@ def provenance_record(path: Path, content: bytes, notebook: str, parameters: Map
         "device": device,
         "versions": package_versions(),
     }
+    if inputs:
+        record["inputs"] = dict(sorted(inputs.items()))
+    return record
 
 
 def sidecar_bytes(record: Mapping[str, Any]) -> bytes:
@@ -229,7 +233,7 @@ def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def write_csv(path: Path | str, header: Sequence[str], rows: Iterable[Sequence[Any]], *, notebook: str,
               parameters: Mapping[str, Any], device: str, root: Path | None = None,
-              data_dir: Path | None = None) -> Path:
+              data_dir: Path | None = None, inputs: Mapping[str, str] | None = None) -> Path:
     """Write a CSV under the data folder (default ``<root>/data``) atomically, with its sidecar. Returns the CSV path.
 
     A relative ``path`` is taken relative to the data folder (a benchmark's smoke run passes a
@@ -245,7 +249,7 @@ def write_csv(path: Path | str, header: Sequence[str], rows: Iterable[Sequence[A
     if data.resolve() not in path.resolve().parents:
         raise ValueError(f"data files live under {data}; got {path}")
     content = csv_text(header, rows).encode()
-    record = provenance_record(path, content, notebook, parameters, device, root, data)
+    record = provenance_record(path, content, notebook, parameters, device, root, data, inputs)
     write_pair(path, content, sidecar_bytes(record))
     return path
 
@@ -314,6 +318,9 @@ def stale_reasons(record: Mapping[str, Any], root: Path | None = None, code: Pat
         changed = sorted(k for k, v in record["parameters"].items() if k in defaults and defaults[k] != v)
         if changed:
             reasons.append(f"ran with non-default parameters {', '.join(changed)}")
+    for rel, digest in sorted(record.get("inputs", {}).items()):
+        if not (root / rel).is_file() or _sha256(root / rel) != digest:
+            reasons.append(f"its input {rel} changed")
     return reasons + dependency_reasons(record, code)
 
 
@@ -322,20 +329,19 @@ def migrated(record: Mapping[str, Any], base_code: Path, code: Path | None = Non
     """An old-rule record moved to ``RULE`` without running anything, or None where that is not sound.
 
     Sound when the record was current at the base revision (every dependency under ``base_code``
-    byte-identical to what it recorded) and no kept dependency changed behaviour since (its
-    normalised hash under ``code``, default ``code_root()``, equals the base's). Plumbing
-    (``NOT_A_DEPENDENCY`` under ``code``) is dropped. None when the record is already under ``RULE``.
+    byte-identical to what it recorded) and no dependency changed behaviour since (its normalised
+    hash under ``code``, default ``code_root()``, equals the base's; plumbing too, since it ran when
+    the file was written). Plumbing (``NOT_A_DEPENDENCY`` under ``code``) is then dropped. None when
+    the record is already under ``RULE``.
     """
     code = code_root() if code is None else code
     if rule_of(record) != LEGACY_RULE or dependency_reasons(record, base_code):
         return None
     depends = {}
     for rel in record["depends_on"]:
-        if not (code / rel).is_file():
-            return None
+        if not (code / rel).is_file() or file_hash(base_code / rel) != file_hash(code / rel):
+            return None  # gone, or changed in behaviour since the base: plumbing included, since it ran then
         if exemption(code / rel) is None:
             depends[rel] = file_hash(code / rel)
-            if file_hash(base_code / rel) != depends[rel]:
-                return None
     accepted = {"by": "rule", "from": LEGACY_RULE, **({"base": base} if base else {})}
     return {**record, "rule": RULE, "depends_on": depends, "accepted": accepted}
