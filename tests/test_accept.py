@@ -51,8 +51,8 @@ def test_an_accepted_record_keeps_its_bytes_and_takes_todays_dependencies(tmp_pa
               "parameters": {"SEEDS": 1}, "sha256": "other", "inputs": {"data/up.csv": "u"}}
     new = accepted_record(record, canary, "f" * 40, {"SEEDS": 1}, code)
     assert new["sha256"] == "s" and new["parameters"] == {"SEEDS": 10}
-    # the canary's modules, and the full run's that the canary never loaded, re-hashed today (a gone one is dropped:
-    # accept_writer refuses before that, since stale_reasons names it gone)
+    # the canary's modules, and the full run's that the canary never loaded, re-hashed today; a gone one (renamed or
+    # moved: attnid/old.py) is replaced by what the canary's run of today's code loaded
     assert new["depends_on"] == {"attnid/new.py": "3", "attnid/only_full.py": file_hash(code / "attnid" / "only_full.py")}
     assert new["notebook_source_sha256"] == "n1" and new["inputs"] == {"data/up.csv": "u"}
     assert new["accepted"] == {"by": "canary", "base": "f" * 40, "parameters": {"SEEDS": 1}}
@@ -121,3 +121,14 @@ def test_make_accept_accepts_a_neutral_change_and_refuses_a_real_one(tmp_path: P
     probe.write_text("def value(d):\n    return d * d + 1\n")
     [outcome] = accept(root)
     assert outcome.verdict == "full run due" and "canary bytes differ in data/experiments/e.csv" in outcome.detail
+
+
+def test_a_per_machine_file_is_matched_to_the_canarys_own_machine() -> None:
+    from attnbook.accept import counterpart
+
+    written = {"data/k/machines/this-t2/case.csv": b"1", "data/k/machines/this-t2/case.csv.provenance.json": b"{}",
+               "data/other.csv": b"2"}
+    assert counterpart("data/other.csv", written) == "data/other.csv"
+    assert counterpart("data/k/machines/reference-t2/case.csv", written) == "data/k/machines/this-t2/case.csv"
+    assert counterpart("data/k/machines/reference-t2/layer.csv", written) is None
+    assert counterpart("data/k/case.csv", written) is None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbook.machine import portable_environment
+from attnbook.machine import PER_MACHINE, REFERENCE, fingerprint, is_other_machine, portable_environment
 from attnbook.codehash import exemption, file_hash
 from attnbook.provenance import (SIDECAR_SUFFIX, LEGACY_RULE, migrated, package_versions, read_all_provenance, rule_of, sidecar_bytes,
                          sidecar_path, stale_reasons, write_bytes)
@@ -57,9 +57,9 @@ def canary_parameters(notebook: Path) -> dict[str, Any]:
     meta: Any = json.loads(notebook.read_text())["metadata"]
     for key in CANARY_KEY:
         meta = meta.get(key) if isinstance(meta, dict) else None
-    if not isinstance(meta, dict) or not meta:
+    if not isinstance(meta, dict):
         raise ValueError(f"{notebook.name} declares no canary (notebook metadata attnbook.canary: "
-                         "a small parameter set that runs every arm)")
+                         "a small parameter set that runs every arm; {} for the notebook's own defaults)")
     bad = sorted(set(meta) & set(UNCOMPARED))
     if bad:
         raise ValueError(f"{notebook.name}: a canary may not set {', '.join(bad)}")
@@ -109,24 +109,28 @@ def _data_files(tree: Path) -> dict[str, bytes]:
 def run_canary(tree: Path, notebook: str, parameters: Mapping[str, Any]) -> dict[str, bytes]:
     """Run ``notebook`` of ``tree`` with ``parameters`` on tree's own library; {data file: bytes} it wrote.
 
-    The writer's own earlier outputs are removed from the tree's data folder first, so every file
-    it writes is found, even one whose bytes the canary leaves as they were.
+    The writer's own earlier outputs are removed from the tree's data folder first (except per-machine
+    measurements, which a chapter may read), so every file it writes is found, even one whose bytes the
+    canary leaves as they were.
     """
     import papermill
 
     for sidecar in (tree / "data").rglob("*" + SIDECAR_SUFFIX):
+        if f"/{PER_MACHINE}/" in sidecar.as_posix():
+            continue  # another machine's measurements: read by the chapter, never rewritten here
         if json.loads(sidecar.read_text()).get("notebook") == notebook:
             sidecar.with_name(sidecar.name.removesuffix(SIDECAR_SUFFIX)).unlink(missing_ok=True)
             sidecar.unlink()
     before = _data_files(tree)
-    env = {**os.environ, **portable_environment(), "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree),
-           "PYTHONHASHSEED": "0"}
+    pinned = portable_environment() if notebook.startswith(EXPERIMENTS + "/") else {}  # as make reproduce runs it
+    env = {**os.environ, **pinned, "PYTHONPATH": str(tree / "lib"), "ATTNBOOK_ROOT": str(tree), "PYTHONHASHSEED": "0"}
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # papermill's kernel inherits this process's environment
     try:
         papermill.execute_notebook(str(tree / notebook), str(tree / (notebook + ".canary.ipynb")),
-                                   parameters={**parameters, "DEVICE": "cpu", "PROGRESS": False},
+                                   parameters={**parameters, **{k: v for k, v in (("DEVICE", "cpu"), ("PROGRESS", False))
+                                                                if k in papermill.inspect_notebook(str(tree / notebook))}},
                                    cwd=str((tree / notebook).parent), progress_bar=False, kernel_name="python3",
                                    extra_arguments=["--IPKernelApp.capture_fd_output=False"])
     finally:
@@ -143,6 +147,20 @@ def _ran_on(tree: Path, written: Mapping[str, bytes]) -> bool:
                                   for sc in sidecars for rel, digest in sc["depends_on"].items())
 
 
+def counterpart(file: str, written: Mapping[str, bytes]) -> str | None:
+    """The file a canary wrote in place of ``file``: itself, or for a file in a per-machine folder
+    (``data/**/machines/<fingerprint>/``) the same file in the folder of the machine the canary ran on."""
+    if file in written:
+        return file
+    parts = file.split("/")
+    if PER_MACHINE not in parts[:-2]:
+        return None
+    at = parts.index(PER_MACHINE) + 1
+    found = [w for w in written if (q := w.split("/"))[:at] == parts[:at] and q[at + 1:] == parts[at + 1:]
+             and len(q) == len(parts)]
+    return found[0] if len(found) == 1 else None
+
+
 def compare_canaries(base: Mapping[str, bytes], work: Mapping[str, bytes]) -> list[str]:
     """The data files (not sidecars) whose canary bytes differ between the two runs, or that only one wrote."""
     names = {n for n in (*base, *work) if not n.endswith(SIDECAR_SUFFIX)}
@@ -153,9 +171,9 @@ def accepted_record(record: Mapping[str, Any], canary_sidecar: Mapping[str, Any]
                     parameters: Mapping[str, Any], code: Path) -> dict[str, Any]:
     """``record`` with today's dependencies, inputs and source (from the work tree's canary sidecar), marked accepted.
 
-    A full run may load modules the canary never reaches: those recorded dependencies are kept,
-    re-hashed under today's rule at ``code`` (``accept_writer`` refuses first when one is gone), so
-    an edit to them still stales the file.
+    A full run may load modules the canary never reaches: those recorded dependencies that still
+    exist are kept, re-hashed under today's rule at ``code``, so an edit to them still stales the file.
+    One that is gone (renamed or moved) is replaced by what the canary's run of today's code loaded.
     """
     keep = {k: v for k, v in record.items()
             if k not in ("depends_on", "rule", "notebook_source_sha256", "accepted", "inputs")}
@@ -187,10 +205,11 @@ def migrate(root: Path, base: Path, revision: str) -> list[Outcome]:
 
 
 def _canary_blockers(record: Mapping[str, Any], root: Path, base: Path) -> list[str]:
-    """Why a canary cannot decide for this record: its bytes, parameters or inputs changed, a module it loaded is
-    gone, it was written on another device or with other package versions, or it was stale at base."""
+    """Why a canary cannot decide for this record: its bytes, parameters or inputs changed, its writer is gone, it
+    was written on another device or with other package versions, or it was stale at base. (A module it loaded
+    may be gone: renamed or moved, which the canary's run of today's code then stands for.)"""
     blockers = [r for r in stale_reasons(record, root, root / "lib")
-                if "differs from the bytes" in r or "non-default parameters" in r or "is gone" in r
+                if "differs from the bytes" in r or "non-default parameters" in r or r.startswith("its writer")
                 or "its input" in r]
     if record["device"] != "cpu":
         blockers.append(f"written on {record['device']}; a canary runs on the CPU")
@@ -221,15 +240,28 @@ def accept_writer(root: Path, base: Path, revision: str, writer: str, records: l
         if wrong:
             return Outcome(writer, files, "full run due", f"a canary did not run on its own tree's library: {wrong}")
         differ = compare_canaries(base_bytes, work_bytes)
-        missing = [f for f in files if f not in work_bytes]
+        missing = [f for f in files if counterpart(f, work_bytes) is None]
         if differ or missing:
             why = (f"canary bytes differ in {', '.join(differ)}" if differ else
                    f"the canary does not write {', '.join(missing)}")
             return Outcome(writer, files, "full run due", why)
         for record in records:
-            canary = json.loads(work_bytes[record["file"] + SIDECAR_SUFFIX])
+            canary = json.loads(work_bytes[counterpart(record["file"], work_bytes) + SIDECAR_SUFFIX])
             _write_record(root, accepted_record(record, canary, revision, parameters, root / "lib"))
     return Outcome(writer, files, "accepted", f"canary {parameters} gave the same bytes at {revision[:10]}")
+
+
+def _reference_elsewhere(file: str) -> bool:
+    """Whether ``file`` lies in the reference machine's per-machine folder and this is another machine."""
+    return f"/{PER_MACHINE}/{REFERENCE}/" in file and fingerprint() != REFERENCE
+
+
+def _declares_canary(notebook: Path) -> bool:
+    try:
+        canary_parameters(notebook)
+    except ValueError:
+        return False
+    return True
 
 
 def accept(root: Path, revision: str = "HEAD") -> list[Outcome]:
@@ -240,13 +272,20 @@ def accept(root: Path, revision: str = "HEAD") -> list[Outcome]:
         outcomes += migrate(root, base, commit)
         stale: dict[str, list[dict[str, Any]]] = {}
         for record in read_all_provenance(root):
-            if stale_reasons(record, root, root / "lib") and record["notebook"].endswith(".ipynb"):
+            if (stale_reasons(record, root, root / "lib") and record["notebook"].endswith(".ipynb")
+                    and not is_other_machine(record["file"])):
                 stale.setdefault(record["notebook"], []).append(record)
         for writer, records in sorted(stale.items()):
             if not writer.startswith(EXPERIMENTS + "/"):
-                outcomes.append(Outcome(writer, tuple(r["file"] for r in records), "re-run",
-                                        "a chapter: make reproduce ARGS=--stale re-runs it"))
-                continue
+                # a chapter re-runs in minutes; only what this machine cannot rewrite (the reference machine's
+                # measurements, on another machine) is accepted by the chapter's canary, when it declares one
+                elsewhere = [r for r in records if _reference_elsewhere(r["file"])]
+                rest = [r for r in records if r not in elsewhere]
+                if rest or not elsewhere or not _declares_canary(root / writer):
+                    outcomes.append(Outcome(writer, tuple(r["file"] for r in records), "re-run",
+                                            "a chapter: make reproduce ARGS=--stale re-runs it"))
+                    continue
+                records = elsewhere
             print(f"accept: {writer}: canary at {commit[:10]} and at the work tree ...", flush=True)
             outcomes.append(accept_writer(root, base, commit, writer, records))
     return outcomes
