@@ -140,22 +140,23 @@ class Structured:
 
 def structured(params: Params, spec: AttentionSpec) -> Structured:
     """The nullity at ``params`` from the at-point theorem, or None with the reason it does not decide."""
-    covered = spec.norm == "softmax" and not spec.has_qk_norm and spec.head_dim <= spec.d_model \
-        and spec.v_head_dim <= spec.d_model
-    if not covered:
-        return Structured(None, "the at-point theorem covers plain softmax without a QK-norm, with d_k, d_v <= d")
-    r = spec.rope_dims
-    if r and spec.has_bias("k"):
-        return Structured(None, "RoPE with a key bias is not covered by the at-point theorem")
     h_all, groups = range(spec.heads), range(spec.kv_heads)
-    out = Structured(None, "")
-    # the products each head shows the function
-    values = []
+    values = []  # C_h = W_V W_O of every head: a head with C_h = 0 writes nothing, in every layout
     for h in h_all:
         g = spec.group_of_head(h)
         c = params["W_V"][g] @ params["W_O"][h]
         scale = float(params["W_V"][g].norm() * params["W_O"][h].norm())
         values.append(Condition(f"head {h}: C_h = W_V W_O non-zero", _relative(c, scale)))
+    out = Structured(None, "", conditions=list(values), head_value_margin=[c.margin for c in values])
+    covered = spec.norm == "softmax" and not spec.has_qk_norm and spec.head_dim <= spec.d_model \
+        and spec.v_head_dim <= spec.d_model
+    r = spec.rope_dims
+    if not covered:
+        out.reason = "the at-point theorem covers plain softmax without a QK-norm, with d_k, d_v <= d"
+        return out
+    if r and spec.has_bias("k"):
+        out.reason = "RoPE with a key bias is not covered by the at-point theorem"
+        return out
     patterns: list[list[torch.Tensor]] = []
     pattern_conditions = []
     for p, m in moving_token_positions(spec):
@@ -177,7 +178,6 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
                     sines[h][k] = sines[k][h] = min(sines[h][k], s)
                     pattern_conditions.append(Condition(f"heads {h}, {k}: A_h, A_k not proportional", s))
     out.head_pattern_margin = [min(row) for row in sines]
-    out.head_value_margin = [c.margin for c in values]
     out.conditions = values + pattern_conditions
     for c in pattern_conditions:
         if c.holds is not True:
