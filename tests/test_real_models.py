@@ -6,12 +6,15 @@ installed by ``make install``; outside CI a missing model skips these tests, in 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
 
+from attnid import schemas
 from attnid.hf.checkpoint import CheckpointError, open_checkpoint
 from attnid.hf.inspect import inspect_checkpoint
 from attnid.hf.pretrained import pretrained_path
@@ -30,6 +33,7 @@ def _path(name: str) -> Path:
 
 def test_minilm_dead_key_bias_and_a_generic_trained_point() -> None:
     report = inspect_checkpoint(_path("minilm"))
+    jsonschema.validate(json.loads(json.dumps(report)), schemas.INSPECT)
     assert report["dead_parameters"]["key_bias"] == 2304 == 6 * 12 * 32
     assert report["unidentified_generic"] == report["unidentified_at_point"] == 152_064
     assert report["head_verdicts"] == {"generic": 72}
@@ -58,6 +62,7 @@ def test_smollm2_gives_a_verdict_for_every_head_and_reads_as_transformers_does()
 
     path = _path("smollm2")
     report = inspect_checkpoint(path)
+    jsonschema.validate(json.loads(json.dumps(report)), schemas.INSPECT)
     heads = [h for layer in report["layers"] for h in layer["heads"]]
     assert len(heads) == 270 and all(h["verdict"] in ("generic", "degenerate", "undecided") and h["reason"] for h in heads)
     assert report["unidentified_generic"] == 374_400

@@ -49,3 +49,21 @@ def test_a_key_the_schema_does_not_list_fails() -> None:
     jsonschema.validate(record, schemas.COUNT)
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
         jsonschema.validate({**record, "surprise": 1}, schemas.COUNT)
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama", "qwen3"])
+def test_inspect_and_rebalance_follow_their_schemas(capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str) -> None:
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    small = dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=1, intermediate_size=32, vocab_size=64)
+    model = {"bert": lambda: tf.BertModel(tf.BertConfig(**small)),
+             "llama": lambda: tf.LlamaModel(tf.LlamaConfig(**small, num_key_value_heads=1, head_dim=4)),
+             "qwen3": lambda: tf.Qwen3Model(tf.Qwen3Config(**small, num_key_value_heads=2, head_dim=4))}[kind]()
+    model.save_pretrained(tmp_path / "in")
+    for limit in ("4096", "0"):  # the dense route and the structured one
+        jsonschema.validate(_json(capsys, ["inspect", str(tmp_path / "in"), "--json", "--dense-limit", limit]),
+                            schemas.INSPECT)
+    jsonschema.validate(_json(capsys, ["rebalance", str(tmp_path / "in"), str(tmp_path / "out"), "--json"]),
+                        schemas.REBALANCE)

@@ -1,6 +1,7 @@
 """The JSON the ``attnid`` command prints with ``--json``, as JSON Schemas (draft 2020-12).
 
-One schema per subcommand: ``count`` (a layout), ``verify``, ``count --config`` and ``census``.
+One schema per subcommand: ``count`` (a layout), ``verify``, ``count --config``, ``census``, ``inspect`` and
+``rebalance``.
 Plain dicts, so the library needs no schema package; the tests validate real output against
 them with ``jsonschema``, and the book's API page prints them (``attnbook.sphinxext``). Every
 object lists its keys and allows no others, so a key added to the output without its schema
@@ -112,4 +113,61 @@ _MODEL = _closed("One published model of the census.", {
 CENSUS = {"$schema": DIALECT, "title": "attnid census --json",
           **_closed("Published layouts and their counts.", {"models": {"type": "array", "items": _MODEL}})}
 
-SCHEMAS: dict[str, dict[str, Any]] = {"count": COUNT, "verify": VERIFY, "count --config": CONFIG, "census": CENSUS}
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+_HEAD = _closed("One head at the checkpoint's point.", {
+    "head": _INT,
+    "group": {**_INT, "description": "its key/value head"},
+    "verdict": {"enum": ["generic", "degenerate", "undecided"],
+                "description": "generic: the at-point theorem's conditions hold; degenerate: one fails"},
+    "reason": {"type": "string"},
+    "margin": {**_NUMBER_OR_NULL, "description": "smallest relative margin of its conditions (distance to a drop)"},
+    "value_output_margin": {**_NUMBER_OR_NULL, "description": "||W_V W_O||_F / (||W_V||_F ||W_O||_F)"},
+    "pattern_margin": {**_NUMBER_OR_NULL, "description": "smallest sine between its A_h and another head's"},
+})
+_LAYER = _closed("One attention layer at the checkpoint's point.", {
+    "layer": _INT,
+    "parameters": _INT,
+    "unidentified_generic": {**_INT_OR_NULL, "description": "the layout's count at a generic point"},
+    "unidentified_at_point": {**_INT_OR_NULL, "description": "the Jacobian's nullity at these weights (null: undecided)"},
+    "route": {"enum": ["dense", "structured"]},
+    "rank_gap": {**_NUMBER_OR_NULL, "description": "the dense route's rank gap"},
+    "reason": {"type": "string"},
+    "structured_at_point": {**_INT_OR_NULL, "description": "dense route only: what the structured route decided"},
+    "dead_parameters": {**_COUNTS, "description": "parameters the function never sees, by name"},
+    "dead_effect": {"type": "object", "additionalProperties": _closed("Removing them, on Gaussian inputs.", {
+        "change": {"type": "number", "minimum": 0}, "bound": {"type": "number", "minimum": 0}})},
+    "conditions_failing": {"type": "array", "items": {"type": "string"}},
+    "factor_ranks": {"type": "object", "additionalProperties": _closed("A factor's rank.", {
+        "rank": _INT, "full": {"type": "boolean"}, "margin": {"type": "number", "minimum": 0}})},
+    "heads": {"type": "array", "items": _HEAD},
+    "query_key_norm_ratio": {"type": "array", "items": {"type": "number"}, "description": "per group"},
+    "value_output_norm_ratio": {"type": "array", "items": {"type": "number"}, "description": "per group"},
+}, optional=("structured_at_point",))
+
+INSPECT = {"$schema": DIALECT, "title": "attnid inspect PATH --json", **_closed(
+    "A trained checkpoint's attention layers at its own weights.", {
+        "checkpoint": {"type": "string"},
+        "format": {"enum": ["safetensors", "gguf"]},
+        "model_type": {"type": "string"},
+        "parameters": _INT,
+        "unidentified_generic": _INT_OR_NULL,
+        "unidentified_at_point": _INT_OR_NULL,
+        "dead_parameters": _COUNTS,
+        "head_verdicts": _COUNTS,
+        "seed": _INT,
+        "layers": {"type": "array", "items": _LAYER},
+    })}
+
+REBALANCE = {"$schema": DIALECT, "title": "attnid rebalance IN OUT --json", **_closed(
+    "The rebalanced checkpoint written, and the check that it computes IN's function.", {
+        "out": {"type": "string"},
+        "tokens": _INT,
+        "own_float32_roundoff": {"type": "number", "description": "IN in float32 against IN in float64, relative"},
+        "float32_difference": {"type": "number", "description": "OUT in float32 against IN in float64, relative"},
+        "float64_difference": {"type": "number", "description": "OUT in float64 against IN in float64, relative"},
+        "tolerance": {"type": "number"},
+        "layers_not_balanced": {"type": "object", "additionalProperties": {"type": "string"}},
+    })}
+
+SCHEMAS: dict[str, dict[str, Any]] = {"count": COUNT, "verify": VERIFY, "count --config": CONFIG, "census": CENSUS,
+                                      "inspect": INSPECT, "rebalance": REBALANCE}

@@ -177,7 +177,7 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
                     s = _sine(a[h], a[k])
                     sines[h][k] = sines[k][h] = min(sines[h][k], s)
                     pattern_conditions.append(Condition(f"heads {h}, {k}: A_h, A_k not proportional", s))
-    out.head_pattern_margin = [min(row) for row in sines]
+    out.head_pattern_margin = [min(row) for row in sines]  # inf: a head with no other head to compare
     out.conditions = values + pattern_conditions
     for c in pattern_conditions:
         if c.holds is not True:
@@ -304,7 +304,8 @@ def analyse(params: Params, spec: AttentionSpec, *, seed: int = 0, dense_limit: 
     record: dict[str, Any] = {"parameters": total, "unidentified_generic": generic}
     if total <= dense_limit:
         nullity, gap, clear = dense(params, spec, seed)
-        record.update(unidentified_at_point=nullity if clear else None, route="dense", rank_gap=gap,
+        record.update(unidentified_at_point=nullity if clear else None, route="dense",
+                      rank_gap=gap if math.isfinite(gap) else None,
                       reason="float64 Jacobian on Gaussian inputs" + ("" if clear else ": the rank decision is not clear"),
                       structured_at_point=s.unidentified)
     else:
@@ -323,6 +324,7 @@ def _head(h: int, spec: AttentionSpec, s: Structured, layer: dict[str, Any]) -> 
     g = spec.group_of_head(h)
     value = s.head_value_margin[h] if s.head_value_margin else None
     pattern = s.head_pattern_margin[h] if s.head_pattern_margin else None
+    pattern = pattern if pattern is None or math.isfinite(pattern) else None
     factors = [v.margin for k, v in s.ranks.items() if k.startswith(f"group {g} ")]
     margin = min([m for m in (value, pattern, *factors) if m is not None], default=None)
     if value is not None and value <= DEFAULT_ZERO_TOL:
