@@ -132,6 +132,44 @@ def _sine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - (a @ b) * b).norm())
 
 
+class _Patterns:
+    """The score matrices A_h = Q_h P W_K^gT of one offset, compared through d_k x d_k Grams.
+
+    <A_h, A_k>_F = tr(P^T (Q_h^T Q_k) P (W_K^kT W_K^h)), so norms and angles need no (d + 1) x d matrix; a
+    pair whose sine comes out below ``EXACT_BELOW`` (where 1 - cos^2 loses digits) is formed and compared
+    directly, so that an exactly proportional pair reads as zero.
+    """
+
+    EXACT_BELOW = 1e-3
+
+    def __init__(self, params: Params, spec: AttentionSpec, mat: torch.Tensor) -> None:
+        self.params, self.spec, self.mat = params, spec, mat
+        self.q = [query_factor(params, h) for h in range(spec.heads)]
+        self.k = [params["W_K"][spec.group_of_head(h)] for h in range(spec.heads)]
+        self._norms = [math.sqrt(max(self.inner(h, h), 0.0)) for h in range(spec.heads)]
+
+    def inner(self, h: int, k: int) -> float:
+        return float(torch.trace(self.mat.T @ (self.q[h].T @ self.q[k]) @ self.mat @ (self.k[k].T @ self.k[h])))
+
+    def norm(self, h: int) -> float:
+        return self._norms[h]
+
+    def relative_norm(self, h: int) -> float:
+        """||A_h||_F / (||Q_h||_F ||W_K||_F), formed exactly when the Gram gives a small value."""
+        scale = float(self.q[h].norm() * self.k[h].norm())
+        value = self._norms[h] / scale if scale > 0 else 0.0
+        if value < self.EXACT_BELOW:
+            value = _relative(self.q[h] @ self.mat @ self.k[h].T, scale)
+        return value
+
+    def sine(self, h: int, k: int) -> float:
+        cosine = self.inner(h, k) / (self._norms[h] * self._norms[k])
+        value = math.sqrt(max(1.0 - cosine * cosine, 0.0))
+        if value < self.EXACT_BELOW:
+            value = _sine((self.q[h] @ self.mat @ self.k[h].T).reshape(-1), (self.q[k] @ self.mat @ self.k[k].T).reshape(-1))
+        return value
+
+
 @dataclass
 class Structured:
     """The structured route's result: the count (None when undecided), why, and every condition checked."""
@@ -164,24 +202,17 @@ def structured(params: Params, spec: AttentionSpec) -> Structured:
     if r and spec.has_bias("k"):
         out.reason = "RoPE with a key bias is not covered by the at-point theorem"
         return out
-    patterns: list[list[torch.Tensor]] = []
     pattern_conditions = []
+    sines = [[math.inf] * spec.heads for _ in h_all]
     for p, m in moving_token_positions(spec):
         mat = offset_matrix(spec, p, m)
-        a = []
+        pattern = _Patterns(params, spec, mat)
         for h in h_all:
-            q, k = query_factor(params, h), params["W_K"][spec.group_of_head(h)]
-            prod = (q @ mat @ k.T).reshape(-1)
-            pattern_conditions.append(Condition(f"head {h}: A_h({p - m}) non-zero",
-                                                _relative(prod, float(q.norm() * k.norm()))))
-            a.append(prod)
-        patterns.append(a)
-    sines = [[math.inf] * spec.heads for _ in h_all]
-    for a in patterns:
+            pattern_conditions.append(Condition(f"head {h}: A_h({p - m}) non-zero", pattern.relative_norm(h)))
         for h in h_all:
             for k in range(h + 1, spec.heads):
-                if a[h].norm() > 0 and a[k].norm() > 0:
-                    s = _sine(a[h], a[k])
+                if pattern.norm(h) > 0 and pattern.norm(k) > 0:
+                    s = pattern.sine(h, k)
                     sines[h][k] = sines[k][h] = min(sines[h][k], s)
                     pattern_conditions.append(Condition(f"heads {h}, {k}: A_h, A_k not proportional", s))
     out.head_pattern_margin = [min(row) for row in sines]  # inf: a head with no other head to compare

@@ -5,8 +5,8 @@ offsets inside the file, shapes as the configuration says) and answers a bad fil
 ``CheckpointError``. ``Checkpoint.layer(i)`` reads layer ``i``'s attention weights, dequantised, as
 float64 attnid parameters (``attnid.layer.parameter_shapes``), so the peak memory is about one layer.
 The configuration goes through the same mappers as ``attnid count --config`` (``attnid.hf.config``);
-a GGUF file's metadata is turned into a configuration by transformers' own GGUF reader, and its tensors
-are named and un-permuted by gguf's name map and transformers' tensor processors.
+a GGUF file is read by ``attnid.hf.gguf_file`` (its metadata through transformers' table of GGUF keys, its
+tensors named and un-permuted by gguf's name map and transformers' tensor processors).
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ from typing import Any, Callable
 import torch
 
 from attnid.hf.config import count_config, read_config
+from attnid.hf.errors import CheckpointError
+from attnid.hf.gguf_file import GGUFSource
 from attnid.hf.read import ModelCount
 from attnid.layer import parameter_shapes
 from attnid.spec import AttentionSpec, Params
 
 MAX_HEADER_BYTES = 100 * 2**20  # safetensors refuses larger headers too
 MAX_INDEX_BYTES = 64 * 2**20
-GGUF_MAGIC = b"GGUF"
 SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                       "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint this tool cannot read: missing, truncated, corrupt, unsupported, or not as its config says."""
 
 
 @dataclass(frozen=True)
@@ -165,80 +162,6 @@ def _safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
-class _GGUF:
-    """The attention tensors of a GGUF file, dequantised one at a time, with transformers' HF names."""
-
-    def __init__(self, path: Path) -> None:
-        _check_gguf_header(path)
-        from gguf import GGUFReader
-
-        try:
-            self.reader = GGUFReader(path)
-        except Exception as exc:  # gguf's parser on a corrupt file: one line
-            raise CheckpointError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
-        self.path = path
-        self.tensors = {t.name: t for t in self.reader.tensors}
-
-    def config(self) -> dict[str, Any]:
-        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-        try:
-            return dict(load_gguf_checkpoint(str(self.path), return_tensors=False)["config"])
-        except Exception as exc:
-            raise CheckpointError(f"{self.path}: transformers cannot read its metadata ({type(exc).__name__}: "
-                                  f"{exc})") from None
-
-    def bind(self, config: dict[str, Any]) -> None:
-        """Name map and tensor processor for this model type (gguf's and transformers' own)."""
-        from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
-        from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
-
-        arch_name = {"gemma3_text": "gemma3"}.get(config["model_type"], config["model_type"])
-        arch = next((k for k, v in MODEL_ARCH_NAMES.items() if v == arch_name), None)
-        if arch is None:
-            raise CheckpointError(f"{self.path}: gguf has no tensor names for architecture {arch_name!r}")
-        self.names = get_tensor_name_map(arch, int(config["num_hidden_layers"]))
-        self.processor = TENSOR_PROCESSORS.get(arch_name, TensorProcessor)(config=config)
-
-    def _gguf_name(self, name: str) -> str | None:
-        module, _, suffix = name.rpartition(".")
-        found = self.names.get_name("model." + module)
-        return None if found is None else f"{found}.{suffix}"
-
-    def shape(self, name: str) -> tuple[int, ...] | None:
-        key = self._gguf_name(name)
-        tensor = self.tensors.get(key) if key else None
-        return None if tensor is None else tuple(int(s) for s in reversed(tensor.shape))
-
-    def get(self, name: str) -> torch.Tensor:
-        import numpy as np
-        from gguf import dequantize
-
-        key = self._gguf_name(name)
-        tensor = self.tensors[key]
-        try:
-            weights = dequantize(tensor.data, tensor.tensor_type)
-            weights = self.processor.process(weights=weights, name=key).weights
-        except Exception as exc:
-            raise CheckpointError(f"{self.path}: cannot dequantise {key} ({type(exc).__name__}: {exc})") from None
-        return torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float64)).reshape(self.shape(name))
-
-
-def _check_gguf_header(path: Path) -> None:
-    """Magic, version and counts of a GGUF file, bounded by its size before gguf parses anything."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(24)
-    if len(head) < 24 or head[:4] != GGUF_MAGIC:
-        raise CheckpointError(f"{path}: not a GGUF file (no GGUF magic)")
-    version, n_tensors, n_fields = struct.unpack("<IQQ", head[4:24])
-    if version not in (2, 3):
-        raise CheckpointError(f"{path}: GGUF version {version} is not supported (2 or 3)")
-    if n_tensors * 24 + n_fields * 12 > size:  # each entry takes at least this many bytes
-        raise CheckpointError(f"{path}: its header announces {n_tensors} tensors and {n_fields} fields, more "
-                              f"than {size} bytes can hold (truncated or corrupt)")
-
-
 @dataclass
 class Checkpoint:
     """A trained model's attention layers: its configuration, counts and weights, read layer by layer."""
@@ -335,7 +258,7 @@ def open_checkpoint(path: Path | str) -> Checkpoint:
         source: Any = _Safetensors(path)
         fmt = "safetensors"
     elif path.is_file():
-        source = _GGUF(path)
+        source = GGUFSource(path)
         config, where, fmt = source.config(), str(path), "gguf"
     else:
         raise CheckpointError(f"{path}: neither a folder nor a file")
