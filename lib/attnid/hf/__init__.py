@@ -9,4 +9,6 @@
 ``inspect``  ``attnid inspect``: a checkpoint's layers at their own weights
 ``rebalance`` ``attnid rebalance``: the same function at the balanced point of its orbit, checked, written atomically
 ``commands`` the two subcommands' parsers and runners; ``pretrained`` where the two pinned pretrained models are
+``gguf_file`` a GGUF file's index and tensors, read within bounds; ``errors`` the one ``CheckpointError``
+``quantize`` round-to-nearest quantisation of a checkpoint's attention before and after orbit moves
 """
