@@ -335,3 +335,66 @@ def test_structured_route_declines_what_its_theorem_does_not_cover() -> None:
         spec = AttentionSpec.create(d_model=8, heads=2, causal=True, **extra)
         params = init_params(spec, torch.Generator().manual_seed(0))
         assert atpoint.structured(params, spec).unidentified is None
+
+
+def _llama_gguf(folder: Path, model: torch.nn.Module) -> Path:
+    """Write a Llama model as an F32 GGUF file the way llama.cpp's converter does (Q/K rows permuted), with gguf's writer."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    config = model.config
+    h, g, layers = config.num_attention_heads, config.num_key_value_heads, config.num_hidden_layers
+
+    def permute(w: np.ndarray, heads: int) -> np.ndarray:  # rotate-half pairs to llama.cpp's interleaved pairs
+        return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    modules = [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+               ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+               ("mlp.down_proj", "ffn_down"), ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm")]
+    for i in range(layers):
+        names |= {f"model.layers.{i}.{a}.weight": f"blk.{i}.{b}.weight" for a, b in modules}
+    folder.mkdir(parents=True)
+    path = folder / "tiny.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(h)
+    writer.add_head_count_kv(g)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_vocab_size(config.vocab_size)
+    for name, tensor in model.state_dict().items():
+        w = tensor.detach().numpy().astype(np.float32)
+        if ".q_proj." in name or ".k_proj." in name:
+            w = permute(w, h if ".q_proj." in name else g)
+        writer.add_tensor(names[name], np.ascontiguousarray(w))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("how", [None, "silent_head", "low_rank_query"])
+def test_a_gguf_checkpoint_reads_as_transformers_loads_it(tmp_path: Path, how: str | None) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = _model("llama")
+    if how:
+        _degenerate("llama", how)(model)
+    path = _llama_gguf(tmp_path / "gguf", model)
+    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).to(torch.float64)
+    checkpoint = open_checkpoint(path)
+    report = inspect_checkpoint(path)
+    for i in range(2):
+        spec = checkpoint.specs[i]
+        attention = loaded.model.layers[i].self_attn
+        for name, tensor in checkpoint.tensors(i, checkpoint.layer(i)).items():
+            module = name.rsplit(".", 2)[-2]
+            assert torch.equal(tensor, attention.get_submodule(module).weight), name
+        assert report["layers"][i]["unidentified_at_point"] == _independent_nullity(loaded, "llama", i, spec)
