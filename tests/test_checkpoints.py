@@ -154,17 +154,22 @@ def test_layer_weights_compute_what_the_transformers_module_computes(tmp_path: P
 def test_count_at_point_matches_an_independent_jacobian(tmp_path: Path, kind: str, how: str | None) -> None:
     folder, model = _save(tmp_path, kind, _degenerate(kind, how) if how else None)
     report = inspect_checkpoint(folder)
-    structured = inspect_checkpoint(folder, dense_limit=0)
+    # a dense limit just below the layer's size: the structured route, with a dense block only where it is smaller
+    structured = inspect_checkpoint(folder, dense_limit=report["layers"][0]["parameters"] - 1)
     for i in range(2):
         spec = open_checkpoint(folder).specs[i]
         expected = _independent_nullity(model, kind, i, spec)
         assert report["layers"][i]["route"] == "dense"
         assert report["layers"][i]["unidentified_at_point"] == expected
+        assert structured["layers"][i]["route"] == "structured"
         decided = structured["layers"][i]["unidentified_at_point"]
         assert decided in (None, expected)  # the structured route never claims a wrong count
         if how is None:
             assert expected == report["layers"][i]["unidentified_generic"]
-            assert decided == (None if spec.has_qk_norm else expected)  # QK-norm: outside the at-point theorem
+        if not spec.has_qk_norm and (spec.kv_heads > 1 or how is None or i == 1):  # QK-norm: outside the theorem
+            assert decided == expected  # one key/value group: the block would be the whole layer
+    if how == "twin_heads" and kind in ("bert", "gpt2"):
+        assert structured["layers"][0]["jacobian_block"]["groups"] == [0, 1]
     if how == "silent_head":
         assert report["layers"][0]["unidentified_at_point"] > report["layers"][0]["unidentified_generic"]
         assert structured["layers"][0]["heads"][0]["verdict"] == "degenerate"
@@ -200,25 +205,47 @@ def _edit(name: str, spec: AttentionSpec) -> Callable[[dict], None]:
             p["W_V"][0][:, 0] = 0
         elif name == "low_rank_key":
             p["W_K"][0][:, 1] = 2 * p["W_K"][0][:, 0]
+        elif name in ("same_pattern", "scaled_pattern"):  # head 1's scores a multiple of head 0's (same or another group)
+            k0, k1 = spec.group_of_head(0), spec.group_of_head(1)
+            p["W_K"][k1].copy_(p["W_K"][k0])
+            p["W_Q"][1] = p["W_Q"][0] * (1.0 if name == "same_pattern" else -2.5)
+            if "b_Q" in p:
+                p["b_Q"][1] = p["b_Q"][0] * (1.0 if name == "same_pattern" else -2.5)
+        elif name == "blind_head":  # head 0's scores are all zero: it averages
+            p["W_Q"][0].zero_()
+            if "b_Q" in p:
+                p["b_Q"][0].zero_()
+        elif name == "all_heads_alike":
+            for h in range(1, spec.heads):
+                p["W_Q"][h] = p["W_Q"][0]
+                p["W_K"][spec.group_of_head(h)].copy_(p["W_K"][0])
+                if "b_Q" in p:
+                    p["b_Q"][h] = p["b_Q"][0]
     return edit
+
+
+DEGENERATE = ["silent_head", "low_rank_query", "low_rank_value", "low_rank_key", "same_pattern", "scaled_pattern",
+              "blind_head", "all_heads_alike"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
-@pytest.mark.parametrize("edit", [None, "silent_head", "low_rank_query", "low_rank_value", "low_rank_key"])
+@pytest.mark.parametrize("edit", [None, *DEGENERATE])
 def test_structured_route_agrees_with_the_dense_jacobian(layout: dict, edit: str | None) -> None:
     spec = AttentionSpec.create(**layout)
     params = init_params(spec, torch.Generator().manual_seed(3))
     if edit:
         _edit(edit, spec)(params)
     nullity, _, clear = atpoint.dense(params, spec)
-    decided = atpoint.structured(params, spec).unidentified
+    result = atpoint.structured(params, spec)
     assert clear
-    assert decided in (None, nullity)
+    assert result.unidentified in (None, nullity)
     if edit is None:
-        assert decided == nullity == atpoint.generic_count(spec)
-    if not spec.rope_dims and not (spec.has_bias("v") and not spec.has_bias("o")):
-        assert decided == nullity  # without RoPE the theorem decides at every factor rank
+        assert result.unidentified == nullity == atpoint.generic_count(spec) and not result.block_groups
+    if not (spec.has_bias("v") and not spec.has_bias("o")):
+        assert result.unidentified == nullity  # the theorem, with the dense block where a condition fails
+    if edit in ("same_pattern", "scaled_pattern", "blind_head") and spec.heads > 2 and spec.kv_heads > 1:
+        assert len(result.block_groups) < spec.kv_heads  # the block is the affected groups, not the layer
 
 
 def test_product_kernel_is_the_generic_count_at_full_rank() -> None:

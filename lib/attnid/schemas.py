@@ -133,6 +133,9 @@ _LAYER = _closed("One attention layer at the checkpoint's point.", {
     "rank_gap": {**_NUMBER_OR_NULL, "description": "the dense route's rank gap"},
     "reason": {"type": "string"},
     "structured_at_point": {**_INT_OR_NULL, "description": "dense route only: what the structured route decided"},
+    "jacobian_block": {"oneOf": [{"type": "null"}, _closed(
+        "The key/value groups failing a condition of the at-point theorem, counted by a dense Jacobian of their sub-layer.",
+        {"groups": {"type": "array", "items": _INT}, "parameters": _INT})]},
     "dead_parameters": {**_COUNTS, "description": "parameters the function never sees, by name"},
     "dead_effect": {"type": "object", "additionalProperties": _closed("Removing them, on Gaussian inputs.", {
         "change": {"type": "number", "minimum": 0}, "bound": {"type": "number", "minimum": 0}})},

@@ -21,7 +21,8 @@ from attnid.spec import AttentionSpec
 from attnid.train.multitest import holm, signed_rank_test
 from attnid.train.stats import paired_summary
 
-SPOILERS = ("none", "silent head", "rank-deficient query", "rank-deficient value", "rank-deficient key")
+SPOILERS = ("none", "silent head", "rank-deficient query", "rank-deficient value", "rank-deficient key",
+            "twin heads")
 Q4_BLOCK = 32  # Q4_1 stores a scale and a minimum per block of 32 consecutive weights of a row
 Q4_LEVELS = 15  # 4 bits: 16 levels, 15 steps between the block's minimum and maximum
 ALPHA = 0.05
@@ -34,10 +35,12 @@ class CheckRow:
     generic: int
     dense: int
     structured: int | None
+    block: tuple[int, ...] = ()
 
 
 def spoil(params: dict[str, torch.Tensor], spoiler: str) -> None:
-    """Spoil a point in place: head 0 silent (W_O = 0), or one factor column a multiple of another."""
+    """Spoil a point in place: head 0 silent (W_O = 0), one factor column a multiple of another, or the last two
+    heads with one attention pattern (the last head's query and key factors copied from the one before)."""
     if spoiler == "silent head":
         params["W_O"][0].zero_()
     elif spoiler == "rank-deficient query":
@@ -46,6 +49,14 @@ def spoil(params: dict[str, torch.Tensor], spoiler: str) -> None:
         params["W_V"][0][:, 0] = 0
     elif spoiler == "rank-deficient key":
         params["W_K"][0][:, 1] = 2 * params["W_K"][0][:, 0]
+    elif spoiler == "twin heads":
+        heads, groups = params["W_Q"].shape[0], params["W_K"].shape[0]
+        h, k = heads - 2, heads - 1
+        g, f = h * groups // heads, k * groups // heads  # their key/value groups (AttentionSpec.group_of_head)
+        params["W_Q"][k] = params["W_Q"][h]
+        params["W_K"][f] = params["W_K"][g]
+        if "b_Q" in params:
+            params["b_Q"][k] = params["b_Q"][h]
     elif spoiler != "none":
         raise ValueError(f"spoiler must be one of {', '.join(SPOILERS)}, got {spoiler!r}")
 
@@ -60,8 +71,9 @@ def theorem_check(layouts: Sequence[AttentionSpec], spoilers: Sequence[str], see
             dense, _, clear = atpoint.dense(params, spec, seed)
             if not clear:
                 raise AssertionError(f"the dense rank decision is not clear for {spec} ({spoiler})")
-            rows.append(CheckRow(spec, spoiler, atpoint.generic_count(spec), dense,
-                                 atpoint.structured(params, spec).unidentified))
+            result = atpoint.structured(params, spec, seed=seed)
+            rows.append(CheckRow(spec, spoiler, atpoint.generic_count(spec), dense, result.unidentified,
+                                 tuple(result.block_groups)))
     return rows, sum(r.structured is not None for r in rows)
 
 
@@ -70,11 +82,19 @@ def _layout(spec: AttentionSpec) -> str:
     return f"d {spec.d_model}, H {spec.heads}, G {spec.kv_heads}, bias {spec.bias or 'none'}{rope}"
 
 
+def _block(row: CheckRow) -> str:
+    if not row.block:
+        return "none"
+    groups = ", ".join(map(str, row.block))
+    return groups if row.structured is not None else f"{groups} (declined)"
+
+
 def theorem_table(rows: Sequence[CheckRow]) -> str:
     body = [[_layout(r.spec), r.spoiler, str(r.generic), str(r.dense),
-             "undecided" if r.structured is None else str(r.structured)] for r in rows]
-    return markdown_table(["layout", "point", "generic count", "dense Jacobian", "structured (theorem)"], body,
-                          right=(2, 3, 4))
+             "undecided" if r.structured is None else str(r.structured),
+             _block(r)] for r in rows]
+    return markdown_table(["layout", "point", "generic count", "dense Jacobian", "structured (theorem)",
+                           "groups in the dense block"], body, right=(2, 3, 4))
 
 
 def layer_table(report: Mapping[str, Any]) -> str:

@@ -13,7 +13,9 @@
   nothing (C_h = 0) included (a value bias without an output bias needs full-rank value and output factors);
   with RoPE the stacked query factor and W_K of each group need full column rank and every C_h must be
   non-zero, and a key bias is not covered. Sliding windows, chunks, sinks and QK-norms are not covered. The
-  inputs are of any fixed length n >= 3 (the moving token's rows and keys must exist).
+  inputs are of any fixed length n >= 3 (the moving token's rows and keys must exist). Key/value groups whose
+  heads fail a condition are counted together by the dense Jacobian of the sub-layer they form, when it has
+  at most ``DENSE_LIMIT`` parameters (``thm-at-point-block``: the other groups still follow the formula).
 
 Every condition is a number with a decision (``Condition``): it holds, it fails, or it lies between the
 zero tolerance and the clear margin, and then the route does not decide (``None``, with the reason).
@@ -22,7 +24,7 @@ zero tolerance and the clear margin, and then the route does not decide (``None`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -172,7 +174,11 @@ class _Patterns:
 
 @dataclass
 class Structured:
-    """The structured route's result: the count (None when undecided), why, and every condition checked."""
+    """The structured route's result: the count (None when undecided), why, and every condition checked.
+
+    ``block_groups``: the key/value groups whose heads fail a condition and were counted by a dense Jacobian
+    of the sub-layer they form (``thm-at-point-block``); ``block_parameters`` is its size.
+    """
 
     unidentified: int | None
     reason: str
@@ -180,94 +186,149 @@ class Structured:
     ranks: dict[str, Rank] = field(default_factory=dict)
     head_pattern_margin: list[float] = field(default_factory=list)
     head_value_margin: list[float] = field(default_factory=list)
+    block_groups: list[int] = field(default_factory=list)
+    block_parameters: int = 0
 
 
-def structured(params: Params, spec: AttentionSpec) -> Structured:
-    """The nullity at ``params`` from the at-point theorem, or None with the reason it does not decide."""
-    h_all, groups = range(spec.heads), range(spec.kv_heads)
-    values = []  # C_h = W_V W_O of every head: a head with C_h = 0 writes nothing, in every layout
-    for h in h_all:
-        g = spec.group_of_head(h)
-        c = params["W_V"][g] @ params["W_O"][h]
-        scale = float(params["W_V"][g].norm() * params["W_O"][h].norm())
-        values.append(Condition(f"head {h}: C_h = W_V W_O non-zero", _relative(c, scale)))
-    out = Structured(None, "", conditions=list(values), head_value_margin=[c.margin for c in values])
-    covered = spec.norm == "softmax" and not spec.has_qk_norm and spec.head_dim <= spec.d_model \
-        and spec.v_head_dim <= spec.d_model and spec.window is None and spec.chunk is None
-    r = spec.rope_dims
-    if not covered:
-        out.reason = ("the at-point theorem covers plain softmax without a QK-norm, a window or chunks, "
-                      "with d_k, d_v <= d")
-        return out
-    if r and spec.has_bias("k"):
-        out.reason = "RoPE with a key bias is not covered by the at-point theorem"
-        return out
-    pattern_conditions = []
-    sines = [[math.inf] * spec.heads for _ in h_all]
+HEAD_KEYS, GROUP_KEYS = ("W_Q", "b_Q", "W_O"), ("W_K", "b_K", "W_V", "b_V")
+
+
+def sub_layer(params: Params, spec: AttentionSpec, groups: list[int]) -> tuple[Params, AttentionSpec]:
+    """The layer made of the given key/value groups and all their query heads, with the output bias kept."""
+    heads = [h for h in range(spec.heads) if spec.group_of_head(h) in groups]
+    sub = {k: v[heads] if k in HEAD_KEYS else v[groups] if k in GROUP_KEYS else v for k, v in params.items()}
+    return sub, replace(spec, heads=len(heads), kv_heads=len(groups))
+
+
+def _pattern_conditions(params: Params, spec: AttentionSpec, out: Structured) -> set[int]:
+    """Check every A_h(t) non-zero and every pair not proportional; return the groups of heads that fail."""
+    affected: set[int] = set()
+    sines = [[math.inf] * spec.heads for _ in range(spec.heads)]
     for p, m in moving_token_positions(spec):
-        mat = offset_matrix(spec, p, m)
-        pattern = _Patterns(params, spec, mat)
-        for h in h_all:
-            pattern_conditions.append(Condition(f"head {h}: A_h({p - m}) non-zero", pattern.relative_norm(h)))
-        for h in h_all:
+        pattern = _Patterns(params, spec, offset_matrix(spec, p, m))
+        for h in range(spec.heads):
+            c = Condition(f"head {h}: A_h({p - m}) non-zero", pattern.relative_norm(h))
+            out.conditions.append(c)
+            if c.holds is not True:
+                affected.add(spec.group_of_head(h))
+        for h in range(spec.heads):
             for k in range(h + 1, spec.heads):
                 if pattern.norm(h) > 0 and pattern.norm(k) > 0:
                     s = pattern.sine(h, k)
                     sines[h][k] = sines[k][h] = min(sines[h][k], s)
-                    pattern_conditions.append(Condition(f"heads {h}, {k}: A_h, A_k not proportional", s))
+                    c = Condition(f"heads {h}, {k}: A_h, A_k not proportional", s)
+                    out.conditions.append(c)
+                    if c.holds is not True:
+                        affected |= {spec.group_of_head(h), spec.group_of_head(k)}
     out.head_pattern_margin = [min(row) for row in sines]  # inf: a head with no other head to compare
-    out.conditions = values + pattern_conditions
-    for c in pattern_conditions:
-        if c.holds is not True:
-            out.reason = (f"{c.name} {'fails' if c.holds is False else 'is undecided'} (margin {c.margin:.2e}): "
-                          "the at-point theorem needs distinct attention patterns")
-            return out
-    undecided = [c for c in values if c.holds is None]
-    if undecided:
-        out.reason = f"{undecided[0].name} is undecided (margin {undecided[0].margin:.2e})"
-        return out
-    live = [c.holds for c in values]
-    total = key_bias_unidentified(spec)  # b_K: dead (shift invariance); with RoPE refused above
-    d, dk, dv = spec.d_model, spec.head_dim, spec.v_head_dim
-    for g in groups:
-        heads = [h for h in h_all if spec.group_of_head(h) == g]
-        q_live = [query_factor(params, h) for h in heads if live[h]]
+    return affected
+
+
+def _group_ranks(params: Params, spec: AttentionSpec, g: int, live: list[bool]) -> dict[str, Rank]:
+    heads = [h for h in range(spec.heads) if spec.group_of_head(h) == g]
+    q_live = [query_factor(params, h) for h in heads if live[h]]
+    q_stack = torch.cat(q_live) if q_live else torch.zeros(0, spec.head_dim, dtype=torch.float64)
+    return {"query": factor_rank(q_stack), "key": factor_rank(params["W_K"][g]),
+            "value": factor_rank(params["W_V"][g]),
+            "output": factor_rank(torch.cat([params["W_O"][h] for h in heads], dim=1).T)}
+
+
+def _group_count(params: Params, spec: AttentionSpec, g: int, live: list[bool], ranks: dict[str, Rank]) -> int | str:
+    """Group g's invisible directions by the theorem (its key bias and, with an output bias, its value bias
+    included), or why the theorem does not decide it."""
+    unclear = [k for k, v in ranks.items() if not v.clear]
+    if unclear:
+        return (f"the rank of its {unclear[0]} factor is too close to call (smallest kept relative singular value "
+                f"{ranks[unclear[0]].margin:.2e}, gap {ranks[unclear[0]].gap:.2e})")
+    heads = [h for h in range(spec.heads) if spec.group_of_head(h) == g]
+    d, dk, dv, r = spec.d_model, spec.head_dim, spec.v_head_dim, spec.rope_dims
+    if r:
+        if not (ranks["query"].full and ranks["key"].full and all(live[h] for h in heads)):
+            return "under RoPE the theorem needs full-rank query and key factors and no head with C_h = 0"
+        total = r + (dk - r) ** 2
+    else:
         rows = query_factor(params, heads[0]).shape[0]
-        q_stack = torch.cat(q_live) if q_live else torch.zeros(0, dk, dtype=torch.float64)
-        ranks = {"query": factor_rank(q_stack), "key": factor_rank(params["W_K"][g]),
-                 "value": factor_rank(params["W_V"][g]),
-                 "output": factor_rank(torch.cat([params["W_O"][h] for h in heads], dim=1).T)}
+        n_live = sum(live[h] for h in heads)
+        total = product_kernel(ranks["query"].rank, ranks["key"].rank, n_live * rows, d, dk) \
+            + (len(heads) - n_live) * rows * dk
+    total += product_kernel(ranks["value"].rank, ranks["output"].rank, d, len(heads) * d, dv)
+    total += key_bias_unidentified(spec) // spec.kv_heads
+    return total + (dv if spec.has_bias("v") and spec.has_bias("o") else 0)
+
+
+def _value_bias_without_output_bias(params: Params, spec: AttentionSpec, out: Structured) -> int | str:
+    """beta = G d_v - rank [S_1; ...; S_G] (every factor full rank), or why not."""
+    if not all(v.full for k, v in out.ranks.items() if k.endswith(("value", "output"))):
+        return "a value bias without an output bias needs full-rank value and output factors"
+    sums = factor_rank(torch.cat([sum(params["W_O"][h] for h in range(spec.heads) if spec.group_of_head(h) == g)
+                                  for g in range(spec.kv_heads)]).T)
+    if not sums.clear:
+        return f"the rank of the summed output blocks is too close to call (margin {sums.margin:.2e})"
+    return spec.kv_heads * spec.v_head_dim - sums.rank
+
+
+def _block_count(params: Params, spec: AttentionSpec, out: Structured, block_limit: int, seed: int) -> int | str:
+    """The affected groups' sub-layer, counted by the dense float64 Jacobian (``thm-at-point-block``)."""
+    if spec.has_bias("v") and not spec.has_bias("o"):
+        return "a value bias without an output bias ties the groups together through the output constant"
+    sub, sub_spec = sub_layer(params, spec, out.block_groups)
+    out.block_parameters = sum(t.numel() for t in sub.values())
+    if out.block_parameters > block_limit:
+        return (f"the groups failing a condition form a block of {out.block_parameters} parameters, above the "
+                f"dense limit {block_limit}")
+    nullity, gap, clear = dense(sub, sub_spec, seed)
+    return nullity if clear else f"the block's dense rank decision is not clear (gap {gap:.2e})"
+
+
+def structured(params: Params, spec: AttentionSpec, *, block_limit: int = DENSE_LIMIT, seed: int = 0) -> Structured:
+    """The nullity at ``params`` from the at-point theorem, or None with the reason it does not decide.
+
+    Groups whose heads fail a condition are counted together by a dense Jacobian of their sub-layer when it has
+    at most ``block_limit`` parameters (``thm-at-point-block``); every other group by the theorem's formula.
+    """
+    values = []  # C_h = W_V W_O of every head: a head with C_h = 0 writes nothing, in every layout
+    for h in range(spec.heads):
+        g = spec.group_of_head(h)
+        scale = float(params["W_V"][g].norm() * params["W_O"][h].norm())
+        values.append(Condition(f"head {h}: C_h = W_V W_O non-zero", _relative(params["W_V"][g] @ params["W_O"][h], scale)))
+    out = Structured(None, "", conditions=list(values), head_value_margin=[c.margin for c in values])
+    covered = spec.norm == "softmax" and not spec.has_qk_norm and spec.head_dim <= spec.d_model \
+        and spec.v_head_dim <= spec.d_model and spec.window is None and spec.chunk is None
+    if not covered:
+        out.reason = ("the at-point theorem covers plain softmax without a QK-norm, a window or chunks, "
+                      "with d_k, d_v <= d")
+        return out
+    if spec.rope_dims and spec.has_bias("k"):
+        out.reason = "RoPE with a key bias is not covered by the at-point theorem"
+        return out
+    affected = _pattern_conditions(params, spec, out)
+    affected |= {spec.group_of_head(h) for h, c in enumerate(values) if c.holds is None}
+    live = [c.holds is True for c in values]
+    total, why = 0, {}
+    for g in range(spec.kv_heads):
+        ranks = _group_ranks(params, spec, g, live)
         out.ranks.update({f"group {g} {k}": v for k, v in ranks.items()})
-        unclear = [k for k, v in ranks.items() if not v.clear]
-        if unclear:
-            out.reason = (f"group {g}: the rank of its {unclear[0]} factor is too close to call (smallest kept relative "
-                          f"singular value {ranks[unclear[0]].margin:.2e}, gap {ranks[unclear[0]].gap:.2e})")
-            return out
-        if r:
-            if not (ranks["query"].full and ranks["key"].full and all(live[h] for h in heads)):
-                out.reason = (f"group {g}: under RoPE the theorem needs full-rank query and key factors and no head "
-                              "with C_h = 0")
-                return out
-            total += r + (dk - r) ** 2
+        counted = _group_count(params, spec, g, live, ranks)
+        if isinstance(counted, str) or g in affected:
+            affected.add(g)
+            why[g] = counted if isinstance(counted, str) else "a head fails the pattern or value condition"
         else:
-            dead = len(heads) - len(q_live)
-            total += product_kernel(ranks["query"].rank, ranks["key"].rank, len(q_live) * rows, d, dk) + dead * rows * dk
-        total += product_kernel(ranks["value"].rank, ranks["output"].rank, d, len(heads) * d, dv)
-    if spec.has_bias("v"):
-        if spec.has_bias("o"):
-            total += value_bias_unidentified(spec)
-        else:
-            if not all(v.full for k, v in out.ranks.items() if k.endswith(("value", "output"))):
-                out.reason = "a value bias without an output bias needs full-rank value and output factors"
-                return out
-            sums = factor_rank(torch.cat([sum(params["W_O"][h] for h in h_all if spec.group_of_head(h) == g)
-                                          for g in groups]).T)
-            if not sums.clear:
-                out.reason = f"the rank of the summed output blocks is too close to call (margin {sums.margin:.2e})"
-                return out
-            total += spec.kv_heads * dv - sums.rank
-    out.unidentified = total
-    out.reason = "at-point theorem: every condition holds with a clear margin"
+            total += counted
+    out.block_groups = sorted(affected)
+    if affected:
+        counted = _block_count(params, spec, out, block_limit, seed)
+    elif spec.has_bias("v") and not spec.has_bias("o"):
+        counted = _value_bias_without_output_bias(params, spec, out)
+    else:
+        counted = 0
+    failing = "; ".join(f"group {g}: {w}" for g, w in sorted(why.items()))
+    if isinstance(counted, str):
+        out.reason = f"{failing}; {counted}" if failing else counted
+        return out
+    out.unidentified = total + counted
+    out.reason = ("at-point theorem: every condition holds with a clear margin" if not affected else
+                  f"at-point theorem on {spec.kv_heads - len(affected)} groups; the dense Jacobian on groups "
+                  f"{out.block_groups} ({out.block_parameters} parameters): {failing}")
     return out
 
 
@@ -347,7 +408,7 @@ def analyse(params: Params, spec: AttentionSpec, *, seed: int = 0, dense_limit: 
     """One layer at a point: generic count, count at the point (route, reason), dead parameters, margins, balance."""
     total = sum(t.numel() for t in params.values())
     generic = generic_count(spec)
-    s = structured(params, spec)
+    s = structured(params, spec, block_limit=dense_limit, seed=seed)
     record: dict[str, Any] = {"parameters": total, "unidentified_generic": generic}
     if total <= dense_limit:
         nullity, gap, clear = dense(params, spec, seed)
@@ -357,6 +418,7 @@ def analyse(params: Params, spec: AttentionSpec, *, seed: int = 0, dense_limit: 
                       structured_at_point=s.unidentified)
     else:
         record.update(unidentified_at_point=s.unidentified, route="structured", rank_gap=None, reason=s.reason)
+    record["jacobian_block"] = {"groups": s.block_groups, "parameters": s.block_parameters} if s.block_groups else None
     effects = dead_effects(params, spec, seed)
     record["dead_parameters"] = {k: e.count for k, e in effects.items()}
     record["dead_effect"] = {k: {"change": e.change, "bound": e.bound} for k, e in effects.items()}
