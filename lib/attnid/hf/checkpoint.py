@@ -16,6 +16,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
@@ -179,10 +180,20 @@ class Checkpoint:
     def n_layers(self) -> int:
         return len(self.specs)
 
-    def layer(self, i: int) -> Params:
-        """Layer ``i``'s attention parameters (attnid names, float64), checked against its layout."""
+    @property
+    def prefix(self) -> str:
+        """What the file puts before every module path of ``Naming`` ('' or, e.g., 'model.')."""
+        return self._prefix
+
+    def layer(self, i: int, state: Mapping[str, torch.Tensor] | None = None) -> Params:
+        """Layer ``i``'s attention parameters (attnid names, float64), checked against its layout.
+
+        ``state``: read the tensors from this mapping instead of the file, under the module paths of ``Naming``
+        (a live transformers model's ``state_dict()``, say, while it trains).
+        """
         spec, n = self.specs[i], self._naming
-        get: Callable[[str], torch.Tensor] = lambda module, suffix="weight": self._tensor(module.format(i=i) + "." + suffix)
+        get: Callable[[str], torch.Tensor] = lambda module, suffix="weight": self._tensor(module.format(i=i) + "." + suffix,
+                                                                                          state)
         d, h, g, dk, dv = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim
         if n.fused:
             w, b = get(n.fused), get(n.fused, "bias")
@@ -238,7 +249,11 @@ class Checkpoint:
                 state.update({name: f.get_tensor(name) for name in f.keys()})
         return state
 
-    def _tensor(self, name: str) -> torch.Tensor:
+    def _tensor(self, name: str, state: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        if state is not None:
+            if name not in state:
+                raise CheckpointError(f"{self.path}: tensor {name} is missing from the state given")
+            return state[name].detach().to("cpu", torch.float64)
         full = self._prefix + name
         if self._source.shape(full) is None:
             raise CheckpointError(f"{self.path}: tensor {full} is missing")

@@ -7,6 +7,8 @@
 ``textsym``      the text model's symmetry directions; ``modelsym`` a model's per-layer orbit
 ``residual``     the residual stream's rotations about the ones vector (LayerNorm models)
 ``spans``        the orbit's span from one Gram matrix per point, without forming its basis
+``tangent``      the same shares in closed form (Sylvester solves), for layers too large for ``spans``
+``finetune``     all-MiniLM-L6-v2 fine-tuned on CPU to tell SymPy's subpackages by their docstrings
 ``curvature``    Hessian of a training loss w.r.t. the attention layer, and its sharpness
 ``sweep``        a sweep's runs over local cores or a Dask cluster (joblib), results in task order
 ``stats``        paired comparisons over seeds (median difference, bootstrap interval) and chance shares
