@@ -65,10 +65,17 @@ def init_params(
 
 def check_params(params: Params, spec: AttentionSpec) -> None:
     """Raise ValueError unless params has exactly the layout's names and shapes, all finite."""
-    shapes = parameter_shapes(spec)
+    check_named_shapes(params, parameter_shapes(spec), "the layout")
+
+
+def check_named_shapes(params: Params, shapes: dict[str, tuple[int, ...]], layout: str) -> None:
+    """Raise ValueError unless params has exactly the names and shapes of ``shapes``, all finite.
+
+    The check the multi-head and the MLA layers share; ``layout`` names the layout in the message.
+    """
     if set(params) != set(shapes):
         missing, extra = sorted(set(shapes) - set(params)), sorted(set(params) - set(shapes))
-        raise ValueError(f"parameters do not match the layout: missing {missing}, unexpected {extra}")
+        raise ValueError(f"parameters do not match {layout}: missing {missing}, unexpected {extra}")
     for name, shape in shapes.items():
         if tuple(params[name].shape) != shape:
             raise ValueError(f"{name} has shape {tuple(params[name].shape)}, the layout needs {shape}")

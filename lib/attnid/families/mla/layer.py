@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from attnid.layer import check_named_shapes
 from attnid.normalise import attention_weights, rms_normalise
 from attnid.rope import apply_rope
 from attnid.spec import Params
@@ -43,15 +44,7 @@ def init_params(spec: MLASpec, generator: torch.Generator, dtype: torch.dtype = 
 
 def check_params(params: Params, spec: MLASpec) -> None:
     """ValueError unless params has exactly the layout's names and shapes, all finite."""
-    shapes = parameter_shapes(spec)
-    if set(params) != set(shapes):
-        missing, extra = sorted(set(shapes) - set(params)), sorted(set(params) - set(shapes))
-        raise ValueError(f"parameters do not match the MLA layout: missing {missing}, unexpected {extra}")
-    for name, shape in shapes.items():
-        if tuple(params[name].shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(params[name].shape)}, the layout needs {shape}")
-        if not torch.isfinite(params[name]).all():
-            raise ValueError(f"{name} contains NaN or inf")
+    check_named_shapes(params, parameter_shapes(spec), "the MLA layout")
 
 
 def query_states(params: Params, x: torch.Tensor, spec: MLASpec) -> torch.Tensor:
