@@ -42,11 +42,7 @@ class AlibiSpec(OnMultiHead):
     base: AttentionSpec
 
     def __post_init__(self) -> None:
-        self._check_base()
-        if self.base.rope_dims:
-            raise ValueError("ALiBi replaces the rotary embedding: give a layout without RoPE (rope_fraction 0)")
-        if self.base.has_qk_norm:
-            raise ValueError("ALiBi layouts with a QK-norm are not described here (no published model has both)")
+        self._check_position_base("ALiBi")
 
     def describe(self) -> str:
         return f"{self.base.describe()} alibi=yes"

@@ -55,11 +55,7 @@ class RelativeBiasSpec(OnMultiHead):
     seq_len: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_base()
-        if self.base.rope_dims:
-            raise ValueError("a relative position bias replaces the rotary embedding: give a layout without RoPE")
-        if self.base.has_qk_norm:
-            raise ValueError("relative position bias with a QK-norm is not described here (no published model has both)")
+        self._check_position_base("a relative position bias")
         for name, value, low in (("buckets", self.buckets, 2), ("max_distance", self.max_distance, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_BUCKETS:
                 raise ValueError(f"relative position bias: {name} must be an integer from {low} to {MAX_BUCKETS}, "

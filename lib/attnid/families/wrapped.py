@@ -32,6 +32,14 @@ class OnMultiHead:
         if not isinstance(self.base, AttentionSpec):
             raise TypeError(f"base must be an AttentionSpec, got {type(self.base).__name__}")
 
+    def _check_position_base(self, feature: str) -> None:
+        """The base of a layout whose ``feature`` adds position information to the scores: no RoPE, no QK-norm."""
+        self._check_base()
+        if self.base.rope_dims:
+            raise ValueError(f"{feature} replaces the rotary embedding: give a layout without RoPE (rope_fraction 0)")
+        if self.base.has_qk_norm:
+            raise ValueError(f"{feature} with a QK-norm is not described here (no published model has both)")
+
     @property
     def d_model(self) -> int:
         return self.base.d_model
