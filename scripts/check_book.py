@@ -32,10 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         problems = check_book(args.html, pages, None if args.no_screenshots else args.screenshots)
-    except BrowserMissing as err:
-        print(f"check_book: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:
+    except (BrowserMissing, FileNotFoundError) as err:
         print(f"check_book: {err}", file=sys.stderr)
         return 2
     count = len(pages or book_pages(args.html))
