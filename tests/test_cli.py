@@ -3,26 +3,20 @@
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
-from attnid.cli import main
 from attnid.spec import AttentionSpec, parse_bias, rope_dims_from_fraction
 from attnid.verification import numeric_rank
+
+CLI = Callable[..., tuple[int, str, str]]  # the fixture ``cli`` (conftest.py): args -> (exit code, stdout, stderr)
 
 BASE = ["--d-model", "8", "--heads", "2"]
 
 
-def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        code = main(list(args))
-        raise SystemExit(code)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
-
-
-def test_count_json(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "count", *BASE, "--bias", "qkvo", "--json")
+def test_count_json(cli: CLI) -> None:
+    code, out, _ = cli("count", *BASE, "--bias", "qkvo", "--json")
     record = json.loads(out)
     assert code == 0
     assert (record["total"], record["unidentified"]) == (288, 80)
@@ -30,14 +24,14 @@ def test_count_json(capsys: pytest.CaptureFixture) -> None:
     assert record["breakdown"] == {"query_key": 32, "key_bias": 8, "value_output": 32, "value_bias": 8}
 
 
-def test_count_text(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "4", "--kv-heads", "2")
+def test_count_text(cli: CLI) -> None:
+    code, out, _ = cli("count", "--d-model", "8", "--heads", "4", "--kv-heads", "2")
     assert code == 0
     assert "(GQA)" in out and "parameters: 192" in out and "unidentified: 16" in out
 
 
-def test_verify_json_matches(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "verify", *BASE, "--rope-fraction", "1", "--bias", "qkv", "--causal", "--json")
+def test_verify_json_matches(cli: CLI) -> None:
+    code, out, _ = cli("verify", *BASE, "--rope-fraction", "1", "--bias", "qkv", "--causal", "--json")
     record = json.loads(out)
     assert code == 0
     assert record["matches"] is True and record["clear"] is True
@@ -45,8 +39,8 @@ def test_verify_json_matches(capsys: pytest.CaptureFixture) -> None:
     assert record["numeric_unidentified"] == record["unidentified"] == 2 * (4 + 16)
 
 
-def test_verify_text_and_uncovered_layout(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "verify", "--d-model", "8", "--heads", "1", "--head-dim", "10",
+def test_verify_text_and_uncovered_layout(cli: CLI) -> None:
+    code, out, _ = cli("verify", "--d-model", "8", "--heads", "1", "--head-dim", "10",
                        "--v-head-dim", "8", "--rope-fraction", "1")
     assert code == 0
     assert "no exact count" in out and "matches: no exact count to compare" in out
@@ -82,8 +76,8 @@ CLI_ERRORS = [
 
 
 @pytest.mark.parametrize(("args", "message"), CLI_ERRORS, ids=[" ".join(a) or "empty" for a, _ in CLI_ERRORS])
-def test_cli_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture, args: list[str], message: str) -> None:
-    code, out, err = run(capsys, *args)
+def test_cli_errors_are_one_line_and_exit_2(cli: CLI, args: list[str], message: str) -> None:
+    code, out, err = cli(*args)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1 and message in err, err
@@ -119,34 +113,34 @@ def test_bias_parsing_accepts_any_order_and_none() -> None:
     assert AttentionSpec.create(8, 2, bias="vk").bias == "kv"
 
 
-def test_verify_default_seq_len_is_the_library_rule(capsys: pytest.CaptureFixture) -> None:
+def test_verify_default_seq_len_is_the_library_rule(cli: CLI) -> None:
     from attnid.cli import build_parser
     from attnid.budget import default_seq_len
 
     spec = AttentionSpec.create(12, 2)
     assert default_seq_len(spec) != 8  # a layout where the old CLI default (8) differed from the library's
-    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2", "--json")
+    code, out, _ = cli("verify", "--d-model", "12", "--heads", "2", "--json")
     assert code == 0 and json.loads(out)["seq_len"] == default_seq_len(spec)
-    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2")
+    code, out, _ = cli("verify", "--d-model", "12", "--heads", "2")
     assert code == 0 and f"inputs of {default_seq_len(spec)} tokens" in out
-    code, out, _ = run(capsys, "verify", "--d-model", "12", "--heads", "2", "--seq-len", "3", "--json")
+    code, out, _ = cli("verify", "--d-model", "12", "--heads", "2", "--seq-len", "3", "--json")
     assert code == 0 and json.loads(out)["seq_len"] == 3  # an explicit value still wins
     verify_parser = build_parser()._subparsers._group_actions[0].choices["verify"]
     assert "default_seq_len" in verify_parser.format_help()
 
 
-def test_verify_methods_and_progress(capsys: pytest.CaptureFixture) -> None:
+def test_verify_methods_and_progress(cli: CLI) -> None:
     # --method picks the route; --progress states the memory estimate before the work and each structured attempt.
     layout = ["--d-model", "8", "--heads", "2", "--kv-heads", "1", "--bias", "qkvo"]
-    code, out, err = run(capsys, "verify", *layout, "--json", "--progress")
+    code, out, err = cli("verify", *layout, "--json", "--progress")
     record = json.loads(out)
     assert code == 0 and record["method"] == "structured" and record["matches"] is True
     assert "estimated peak memory" in err and "--method auto" in err and "structured certificate: attempt 1" in err
     assert err.index("estimated peak memory") < err.index("structured certificate")
-    code, out, err = run(capsys, "verify", *layout, "--json", "--method", "dense")
+    code, out, err = cli("verify", *layout, "--json", "--method", "dense")
     assert code == 0 and json.loads(out)["method"] == "certificate" and err == ""
-    code, out, _ = run(capsys, "verify", *layout, "--json", "--method", "svd")
+    code, out, _ = cli("verify", *layout, "--json", "--method", "svd")
     assert code == 0 and json.loads(out)["method"] == "svd"
     assert json.loads(out)["numeric_unidentified"] == record["numeric_unidentified"]
-    code, _, err = run(capsys, "verify", *layout, "--method", "qr")
+    code, _, err = cli("verify", *layout, "--method", "qr")
     assert code == 2 and "--method" in err

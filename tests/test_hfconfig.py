@@ -1,28 +1,23 @@
 """Whole-model counts from a Hugging Face config.json: published configs, every family, the registry, bad input."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from attnid.cli import main
 from attnid.hf.config import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
 from attnid.layout import Count
 from attnid.spec import AttentionSpec
+
+CLI = Callable[..., tuple[int, str, str]]  # the fixture ``cli`` (conftest.py): args -> (exit code, stdout, stderr)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 REQUIRED_TYPES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "gpt2", "gpt_neox",
                   "falcon", "olmo2", "gpt_oss", "bert"}
 
 
-def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(list(args)))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
-
-
-def test_llama_3_8b_from_its_published_config(capsys: pytest.CaptureFixture) -> None:
+def test_llama_3_8b_from_its_published_config(cli: CLI) -> None:
     # Derived here from the published numbers, not from the library: d = 4096, H = 32 query heads, G = 8
     # key/value heads, d_k = d_v = d / H = 128, full RoPE (r = 128), no biases, 32 layers.
     d, h, g, dk, layers = 4096, 32, 8, 128, 32
@@ -39,20 +34,20 @@ def test_llama_3_8b_from_its_published_config(capsys: pytest.CaptureFixture) -> 
     assert group.spec == AttentionSpec.create(d, h, kv_heads=g, rope_fraction=1.0, rope_base=500000.0, causal=True)
     assert m.ignored == []  # rope_scaling is null: nothing to ignore
 
-    code, out, _ = run(capsys, "count", "--config", str(FIXTURES / "llama-3-8b" / "config.json"))
+    code, out, _ = cli("count", "--config", str(FIXTURES / "llama-3-8b" / "config.json"))
     assert code == 0
     assert "per layer: parameters 41,943,040, unidentified 132,096" in out
     assert "whole model (32 attention layers): parameters 1,342,177,280, unidentified 4,227,072" in out
 
 
-def test_qwen3_8b_from_its_published_config(capsys: pytest.CaptureFixture) -> None:
+def test_qwen3_8b_from_its_published_config(cli: CLI) -> None:
     d, h, g, dk, layers = 4096, 32, 8, 128, 36
     params = 2 * d * h * dk + 2 * d * g * dk + 2 * dk  # projections, plus q_norm and k_norm (shared, d_k each)
     # eps = 1e-6 > 0: the norm sees the projections' scale; what stays unidentified is the trade of the shared
     # norm weights (one factor per rotated pair: r/2 = 64) and the value side, G d_v^2.
     unidentified = dk // 2 + g * dk * dk
     weak = h + g  # each head's query/key scale, identified only through eps
-    code, out, _ = run(capsys, "count", "--config", str(FIXTURES / "qwen3-8b"), "--json")
+    code, out, _ = cli("count", "--config", str(FIXTURES / "qwen3-8b"), "--json")
     assert code == 0
     record = json.loads(out)
     (group,) = record["groups"]
@@ -75,10 +70,10 @@ def test_registry_covers_the_census_families() -> None:
     assert {"deepseek_v2", "deepseek_v3", "kimi_k2"} <= set(MAPPERS)  # multi-head latent attention, via attnid.families.mla
 
 
-def test_unknown_model_type_is_exit_2_naming_the_supported_ones(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+def test_unknown_model_type_is_exit_2_naming_the_supported_ones(cli: CLI, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 5120}))  # a state-space model: no attention
-    code, out, err = run(capsys, "count", "--config", str(path))
+    code, out, err = cli("count", "--config", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "model_type \"mamba\" is not supported; supported: " in err and "qwen3" in err and "llama" in err
 
@@ -232,18 +227,18 @@ def test_gemma2_soft_capping_is_reported_not_counted() -> None:
                  "num_key_value_heads": 5}), "kv_heads 5 must divide heads 32"),
     (json.dumps({"hidden_size": 8}), "no model_type is not supported"),
 ])
-def test_bad_configs_are_one_line_exit_2(capsys: pytest.CaptureFixture, tmp_path: Path, content: str,
+def test_bad_configs_are_one_line_exit_2(cli: CLI, tmp_path: Path, content: str,
                                          message: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(content)
-    code, out, err = run(capsys, "count", "--config", str(path))
+    code, out, err = cli("count", "--config", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
 
 
-def test_missing_file_and_mixed_flags(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    code, _, err = run(capsys, "count", "--config", str(tmp_path))
+def test_missing_file_and_mixed_flags(cli: CLI, tmp_path: Path) -> None:
+    code, _, err = cli("count", "--config", str(tmp_path))
     assert code == 2 and "cannot read" in err
-    code, _, err = run(capsys, "count", "--config", str(FIXTURES / "qwen3-8b"), "--d-model", "8")
+    code, _, err = cli("count", "--config", str(FIXTURES / "qwen3-8b"), "--d-model", "8")
     assert code == 2 and "do not give --d-model" in err
 
 

@@ -1,6 +1,7 @@
 """QK-norm and sliding windows: the layer, the exact counts, the moves, and the numeric check of both."""
 
 import json
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -9,7 +10,6 @@ from attnid import balancing as bal
 
 from attnid import symmetry as sym
 from attnid.checks import invariance_error, key_bias_gradient_ratio, off_orbit_change
-from attnid.cli import main
 from attnid.counts import count
 from attnid.layer import forward, init_params, qk_normalise
 from attnid.rank import decide_rank
@@ -17,12 +17,7 @@ from attnid.jacobian import jacobian_matrix
 from attnid.spec import AttentionSpec
 from attnid.verification import verify
 
-
-def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(list(args)))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+CLI = Callable[..., tuple[int, str, str]]  # the fixture ``cli`` (conftest.py): args -> (exit code, stdout, stderr)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,12 +236,12 @@ SWEEP = [
 @pytest.mark.parametrize("layout", SWEEP, ids=[" ".join(s[4:]) or "mha" for s in SWEEP])
 @pytest.mark.parametrize("qk_norm", ["shared", "per-head", "full", "unweighted"])
 @pytest.mark.parametrize("eps", ["0", "1e-6"])
-def test_count_agrees_with_verify(capsys: pytest.CaptureFixture, layout: list[str], qk_norm: str, eps: str) -> None:
+def test_count_agrees_with_verify(cli: CLI, layout: list[str], qk_norm: str, eps: str) -> None:
     flags = [*layout, "--qk-norm", qk_norm, "--qk-norm-eps", eps, "--json"]
-    code, out, _ = run(capsys, "count", *flags)
+    code, out, _ = cli("count", *flags)
     counted = json.loads(out)
     assert code == 0 and counted["covered"]
-    code, out, _ = run(capsys, "verify", *flags)
+    code, out, _ = cli("verify", *flags)
     verified = json.loads(out)
     assert code == 0 and verified["matches"] is True and verified["clear"] is True
     assert verified["numeric_unidentified"] == counted["unidentified"]
@@ -273,13 +268,13 @@ def test_a_window_of_two_with_rope_can_leave_more_unidentified() -> None:
     assert v.count.unidentified is None and v.decision.clear and v.numeric_unidentified == 22
 
 
-def test_cli_qk_norm_and_window_flags(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "2", "--qk-norm", "shared", "--qk-norm-eps", "0")
+def test_cli_qk_norm_and_window_flags(cli: CLI) -> None:
+    code, out, _ = cli("count", "--d-model", "8", "--heads", "2", "--qk-norm", "shared", "--qk-norm-eps", "0")
     assert code == 0 and "qk_norm=shared eps=0" in out and "unidentified: 40" in out
     assert "norm weights 4" in out and "weakly" not in out
-    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "2", "--qk-norm", "per-head")
+    code, out, _ = cli("count", "--d-model", "8", "--heads", "2", "--qk-norm", "per-head")
     assert code == 0 and "eps=1e-06" in out and "weakly identified: 4" in out  # the default eps is Qwen3's
-    code, out, _ = run(capsys, "count", "--d-model", "8", "--heads", "2", "--causal", "--chunk", "3", "--qk-norm",
+    code, out, _ = cli("count", "--d-model", "8", "--heads", "2", "--causal", "--chunk", "3", "--qk-norm",
                        "unweighted")
     assert code == 0 and "chunk=3" in out and "rotations" in out
     for args, message in ((["--window", "4"], "--window needs --causal"),
@@ -288,12 +283,12 @@ def test_cli_qk_norm_and_window_flags(capsys: pytest.CaptureFixture) -> None:
                           (["--qk-norm", "rms"], "invalid choice"),
                           (["--qk-norm", "shared", "--qk-norm-eps", "2"], "--qk-norm-eps: must be a number in [0, 1], got '2'"),
                           (["--causal", "--window", "0"], "--window: must be an integer from 1 to 2,147,483,647, got '0'")):
-        code, out, err = run(capsys, "count", "--d-model", "8", "--heads", "2", *args)
+        code, out, err = cli("count", "--d-model", "8", "--heads", "2", *args)
         assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
 
 
-def test_verify_explains_a_too_small_eps(capsys: pytest.CaptureFixture) -> None:
+def test_verify_explains_a_too_small_eps(cli: CLI) -> None:
     # With eps = 1e-12 the scales are identified in exact arithmetic, but their singular values fall below the rank
     # rule's zero tolerance: the numeric nullity is the eps = 0 count, and verify says why it disagrees.
-    code, out, _ = run(capsys, "verify", "--d-model", "8", "--heads", "2", "--qk-norm", "shared", "--qk-norm-eps", "1e-12")
+    code, out, _ = cli("verify", "--d-model", "8", "--heads", "2", "--qk-norm", "shared", "--qk-norm-eps", "1e-12")
     assert code == 1 and "matches: NO" in out and "below the rank rule's zero tolerance" in out
