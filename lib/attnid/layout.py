@@ -94,6 +94,35 @@ class VerificationResult(Protocol):
     def seq_len(self) -> int: ...
 
 
+class ComparesNullity:
+    """``numeric_unidentified`` and ``matches`` of a ``VerificationResult``, from its ``exact`` and ``decision``.
+
+    The one rule by which a numeric check confirms an exact count: the decision is clear, the rank had
+    stopped rising (``stable``; a class whose rank may still have been rising overrides it), and the
+    nullity equals the count.
+    """
+
+    exact: int | None
+    decision: Any
+
+    @property
+    def stable(self) -> bool:
+        """Whether the rank had stopped rising when the inputs ran out (True unless the route says otherwise)."""
+        return True
+
+    @property
+    def numeric_unidentified(self) -> int:
+        """The numeric nullity of the stacked Jacobian."""
+        return self.decision.nullity
+
+    @property
+    def matches(self) -> bool | None:
+        """True/False when an exact count covers the layout, None when there is nothing to compare."""
+        if self.exact is None:
+            return None
+        return self.decision.clear and self.stable and self.exact == self.decision.nullity
+
+
 @dataclass(frozen=True)
 class Count:
     """Exact parameter count of a layout of any family. ``unidentified`` is None when no theorem covers it."""

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from attnid.budget import Estimate, MemoryLimitExceeded
 from attnid.jacobian import RankAccumulator, count_parameters, input_jacobian
-from attnid.layout import Params
+from attnid.layout import ComparesNullity, Params
 from attnid.rank import RankDecision, numerical_rank
 
 Layer = Callable[[Params, torch.Tensor], torch.Tensor]
@@ -31,7 +31,7 @@ METHODS = ("auto", "dense")  # this route is the dense one: the float64 Jacobian
 
 
 @dataclass(frozen=True)
-class FamilyCheck:
+class FamilyCheck(ComparesNullity):
     """The closed-form count next to the numeric nullity of the Jacobian at one random point."""
 
     spec: Any
@@ -46,19 +46,8 @@ class FamilyCheck:
 
     @property
     def numeric(self) -> int:
-        return self.decision.nullity
-
-    @property
-    def numeric_unidentified(self) -> int:
-        """The numeric nullity (the name every family's check shares)."""
-        return self.decision.nullity
-
-    @property
-    def matches(self) -> bool | None:
-        """Whether the decision is clear and equals the exact count (None: no exact count to compare)."""
-        if self.exact is None:
-            return None
-        return self.decision.clear and self.exact == self.numeric
+        """The numeric nullity (``numeric_unidentified``, the name every family's check shares)."""
+        return self.numeric_unidentified
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

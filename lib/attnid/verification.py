@@ -28,6 +28,7 @@ from attnid.certify import JacobianError, certify_nullity, jacobian_error_estima
 from attnid.counts import Count, count
 from attnid.jacobian import Mode, Model, RankAccumulator, count_parameters, input_jacobian
 from attnid.layer import forward, init_params
+from attnid.layout import ComparesNullity
 from attnid.rank import RankDecision, counts_as_zero
 from attnid.runtime import generator
 from attnid.spec import AttentionSpec, Params
@@ -45,7 +46,7 @@ class NumericRank:
 
 
 @dataclass(frozen=True)
-class Verification:
+class Verification(ComparesNullity):
     """An exact count next to the numeric nullity of the Jacobian at a random point."""
 
     count: Count
@@ -75,15 +76,9 @@ class Verification:
         return self.count.unidentified
 
     @property
-    def numeric_unidentified(self) -> int:
-        return self.decision.nullity
-
-    @property
-    def matches(self) -> bool | None:
-        """True/False when the theory covers the layout, None when there is no exact count to compare."""
-        if self.count.unidentified is None:
-            return None
-        return self.decision.clear and self.numeric.stable and self.count.unidentified == self.decision.nullity
+    def stable(self) -> bool:
+        """Whether the rank had stopped rising (a rank still rising never matches)."""
+        return self.numeric.stable
 
 
 def _inputs(spec: AttentionSpec, gen: torch.Generator, n_inputs: int, seq_len: int, device) -> list[torch.Tensor]:
