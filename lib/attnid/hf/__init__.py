@@ -4,6 +4,7 @@
 ``read``     the checked config reader, layer groups, and the registry the mappers join
 ``models``   the mappers of further model types
 ``modules``  cross-checks of each family's layer against the ``transformers`` attention module it models
+``same_weights`` a module and attnid's layer on the same weights: the relative error the cross-checks report
 ``checkpoint`` trained checkpoints (a safetensors folder or a GGUF file), checked, then read one layer at a time
 ``atpoint``  the count at a given point (the dense Jacobian, or the at-point theorem's conditions), dead parameters
 ``inspect``  ``attnid inspect``: a checkpoint's layers at their own weights

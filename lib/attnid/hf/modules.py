@@ -37,6 +37,7 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnid import normalise
+from attnid.hf.same_weights import SameWeights
 from attnid.normalise import additive_mask
 from attnid.spec import AttentionSpec, Params
 
@@ -474,16 +475,13 @@ def module_cross_check(family: str, layer: HFLayer, spec: Any, forward: Callable
 
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(3, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
-    weights = layer.weights()
-    y = layer.output(weights, x)
-    scale = float(y.abs().max())
-    params = layer.to_attnid(weights)
-    same = float((forward(params, x) - y).abs().max()) / scale
-    change = float((layer.output(layer.from_attnid(move(params, gen)), x) - y).abs().max()) / scale
+    ref = SameWeights.of(layer, x)
+    params = ref.params
+    same = ref.error(forward(params, x))
+    change = ref.module_error(move(params, gen))
     basis = tangent_basis(params)
     _, across = split_direction(torch.randn(basis.shape[0], generator=gen, dtype=torch.float64), basis)
-    nudged = unflatten(flatten(params) + 1e-4 * across / across.norm(), params)
-    off = float((layer.output(layer.from_attnid(nudged), x) - y).abs().max()) / scale
+    off = ref.module_error(unflatten(flatten(params) + 1e-4 * across / across.norm(), params))
     inputs = [torch.randn(1, seq_len, spec.d_model, generator=gen, dtype=torch.float64) for _ in range(n_inputs)]
-    decision = functional_rank(layer.output, weights, inputs).require_clear()
+    decision = functional_rank(layer.output, ref.weights, inputs).require_clear()
     return CrossCheck(family, spec, same, change, off, decision.n_params, exact, decision.nullity)

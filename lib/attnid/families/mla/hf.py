@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnid.hf.same_weights import SameWeights
 from attnid.jacobian import count_parameters
 from attnid.normalise import additive_mask, causal_mask
 from attnid.rank import RankDecision
@@ -172,13 +173,9 @@ def hf_cross_check(spec: MLASpec, version: str = "v3", seed: int = 0, seq_len: i
     layer = hf_module(spec, version, seed, interleave, norm_in_float64)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(2, seq_len, spec.d_model, generator=gen, dtype=torch.float64)
-    weights = layer.weights()
-    y = layer.output(weights, x)
-    scale = float(y.abs().max())
-    params = layer.to_attnid(weights)
-    back = layer.from_attnid(params)
-    round_trip = max(float((back[k] - weights[k]).abs().max()) for k in weights)
-    same = float((forward(params, x, spec) - y).abs().max()) / scale
-    moved = apply_symmetry(params, spec, random_symmetry(spec, gen))
-    change = float((layer.output(layer.from_attnid(moved), x) - y).abs().max()) / scale
+    ref = SameWeights.of(layer, x)
+    back = layer.from_attnid(ref.params)
+    round_trip = max(float((back[k] - ref.weights[k]).abs().max()) for k in ref.weights)
+    same = ref.error(forward(ref.params, x, spec))
+    change = ref.module_error(apply_symmetry(ref.params, spec, random_symmetry(spec, gen)))
     return HFCrossCheck(version, spec, same, change, round_trip)
