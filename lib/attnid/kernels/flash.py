@@ -98,6 +98,26 @@ def _mask_tile(Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm
 
 
 @triton.jit
+def _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh,
+                   BLOCK_M: tl.constexpr):
+    """Where a program over (query blocks, B H) works: (start_m, bh, b, h, its queries, q_off, k_off, v_off).
+
+    bh = b H + h is taken in 64 bits, so every offset is too (B H N D may exceed 2^31 elements); q_off is
+    the query head's offset, k_off and v_off those of the key/value head g = h // group_size it shares.
+    """
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // n_heads
+    h = bh % n_heads
+    g = h // group_size
+    queries = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q_off = b * stride_qb + h * stride_qh
+    k_off = b * stride_kb + g * stride_kh
+    v_off = b * stride_vb + g * stride_vh
+    return start_m, bh, b, h, queries, q_off, k_off, v_off
+
+
+@triton.jit
 def _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr):
     """(kv_len, hi): the keys batch ``b`` has, and where a query block's loop over key blocks stops.
 
@@ -115,8 +135,11 @@ def _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M: tl.constexpr, CAUSAL: tl.c
 @triton.jit
 def _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin,
              D: tl.constexpr, DV: tl.constexpr, R: tl.constexpr):
-    """One key block: its keys, rotated at their positions, and its values (zero past n_k); and the values' mask."""
-    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R)
+    """One key block: its keys, rotated at their positions, in K's dtype, and its values (zero past n_k); and the values' mask.
+
+    (q, k, v and their tangents share one dtype: ``attnid.kernels.arguments`` checks it.)
+    """
+    k = _load_rotated(K + k_off, keys, cols, stride_kn, n_k, Cos, Sin, D, R).to(K.dtype.element_ty)
     v_mask = (keys[:, None] < n_k) & (cols_v[None, :] < DV)
     v = tl.load(V + v_off + keys[:, None] * stride_vn + cols_v[None, :], mask=v_mask, other=0.0)
     return k, v, v_mask
@@ -130,6 +153,12 @@ def _scores(q, k, qk_scale, Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_
     if HAS_MASK:
         s += _mask_tile(Mask, b, h, rows, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn) * LOG2E
     return s
+
+
+@triton.jit
+def _product_tangent(a, ta, b, tb, PRECISION: tl.constexpr):
+    """The tangent of a b^T along (ta, tb): ta b^T + a tb^T, float32."""
+    return tl.dot(ta, tl.trans(b), input_precision=PRECISION) + tl.dot(a, tl.trans(tb), input_precision=PRECISION)
 
 
 @triton.jit
@@ -152,19 +181,12 @@ def _forward_kernel(
     HAS_MASK adds an additive mask tile to the scores; HAS_LENGTHS hides the keys j >= KeyLen[b]. A row
     that sees no key (and has no sink) gets out = 0 and lse = +inf, so the backward gives it no weight.
     """
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B H N D may exceed 2^31 elements
-    b = bh // n_heads
-    h = bh % n_heads
-    g = h // group_size  # the key/value head this query head shares
+    start_m, bh, b, h, offs_m, q_off, k_off, v_off = _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb,
+                                                                    stride_kh, stride_vb, stride_vh, BLOCK_M)
     dtype = Q.dtype.element_ty
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D_PAD)
     cols_v = tl.arange(0, DV_PAD)
-    q_off = b * stride_qb + h * stride_qh
-    k_off = b * stride_kb + g * stride_kh
-    v_off = b * stride_vb + g * stride_vh
     shift = n_k - n_q  # query i sits at position i + shift (causal: sees keys j <= i + shift)
     q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
     qk_scale = scale * LOG2E  # scores in base-2 units
@@ -181,7 +203,6 @@ def _forward_kernel(
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
         k, v, v_mask = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-        k = k.to(dtype)
         visible = _visible(offs_m, keys, kv_len, shift, CAUSAL)
         s = _scores(q, k, qk_scale, Mask, b, h, offs_m, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn,
                     HAS_MASK, PRECISION)
@@ -194,9 +215,8 @@ def _forward_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(dtype), v, input_precision=PRECISION)
         if TANGENT:
             tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-            tk = tk.to(dtype)
-            ds = tl.dot(tq, tl.trans(k), input_precision=PRECISION) + tl.dot(q, tl.trans(tk), input_precision=PRECISION)
-            pds = p * tl.where(visible, ds * scale, 0.0)
+            t_s = _product_tangent(q, tq, k, tk, PRECISION) * scale
+            pds = p * tl.where(visible, t_s, 0.0)
             g_i = g_i * alpha + tl.sum(pds, 1)
             acc_t = acc_t * alpha[:, None] + tl.dot(pds.to(dtype), v, input_precision=PRECISION)
             acc_t += tl.dot(p.to(dtype), tv, input_precision=PRECISION)
@@ -231,6 +251,18 @@ def _forward_kernel(
 # ----------------------------------------------------------------------------------------------
 # Backward: dK and dV per key block (summed over the group's query heads), then dQ per query block
 # ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_query_rows(Q, DO, Lse, Delta, q_off, o_off, row_off, queries, cols, cols_v, stride_qn, stride_on, n_q, Cos, Sin,
+                     shift, D: tl.constexpr, DV: tl.constexpr, R: tl.constexpr):
+    """What the backward reads of a query block: q (rotated, in Q's dtype), dO, and the rows' lse and delta (zero past n_q)."""
+    q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(Q.dtype.element_ty)
+    do_mask = (queries[:, None] < n_q) & (cols_v[None, :] < DV)
+    do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
+    lse = tl.load(Lse + row_off + queries, mask=queries < n_q, other=0.0)
+    delta = tl.load(Delta + row_off + queries, mask=queries < n_q, other=0.0)
+    return q, do, lse, delta
 
 
 @triton.jit
@@ -269,13 +301,11 @@ def _backward_dkdv_kernel(
     if HAS_LENGTHS:
         kv_len = tl.load(KeyLen + b)
     k, v, v_mask = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-    k = k.to(dtype)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
     qk_scale = scale * LOG2E
     if TANGENT:
         tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-        tk = tk.to(dtype)
         t_dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
         t_dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
 
@@ -290,11 +320,8 @@ def _backward_dkdv_kernel(
         row_off = (b * n_heads + h) * n_q
         for start_m in range(lo, n_q, BLOCK_M):
             queries = start_m + offs_m
-            q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
-            do_mask = (queries[:, None] < n_q) & (cols_v[None, :] < DV)
-            do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-            lse = tl.load(Lse + row_off + queries, mask=queries < n_q, other=0.0)
-            delta = tl.load(Delta + row_off + queries, mask=queries < n_q, other=0.0)
+            q, do, lse, delta = _load_query_rows(Q, DO, Lse, Delta, q_off, o_off, row_off, queries, cols, cols_v,
+                                                 stride_qn, stride_on, n_q, Cos, Sin, shift, D, DV, R)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
             if HAS_MASK:
                 s_t += tl.trans(_mask_tile(Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm,
@@ -306,17 +333,13 @@ def _backward_dkdv_kernel(
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(dtype), q, input_precision=PRECISION)
             if TANGENT:
-                tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
-                tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-                t_lse = tl.load(TLse + row_off + queries, mask=queries < n_q, other=0.0)
-                t_delta = tl.load(TDelta + row_off + queries, mask=queries < n_q, other=0.0)
-                t_s = (tl.dot(tk, tl.trans(q), input_precision=PRECISION)
-                       + tl.dot(k, tl.trans(tq), input_precision=PRECISION)) * scale
+                tq, tdo, t_lse, t_delta = _load_query_rows(TQ, TDO, TLse, TDelta, q_off, o_off, row_off, queries, cols,
+                                                           cols_v, stride_qn, stride_on, n_q, Cos, Sin, shift, D, DV, R)
+                t_s = _product_tangent(k, tk, q, tq, PRECISION) * scale
                 t_p = p_t * (t_s - t_lse[None, :])  # zero wherever p_t is (masked pairs)
                 t_dv += tl.dot(t_p.to(dtype), do, input_precision=PRECISION)
                 t_dv += tl.dot(p_t.to(dtype), tdo, input_precision=PRECISION)
-                t_dp = (tl.dot(tv, tl.trans(do), input_precision=PRECISION)
-                        + tl.dot(v, tl.trans(tdo), input_precision=PRECISION))
+                t_dp = _product_tangent(v, tv, do, tdo, PRECISION)
                 t_ds = t_p * (dp_t - delta[None, :]) + p_t * (t_dp - t_delta[None, :])
                 t_dk += tl.dot(t_ds.to(dtype), q, input_precision=PRECISION)
                 t_dk += tl.dot(ds_t.to(dtype), tq, input_precision=PRECISION)
@@ -350,40 +373,28 @@ def _backward_dq_kernel(
 
     With TANGENT, also t_dQ_rot = sum_keys (t_ds k_rot + ds tk_rot) scale, t_ds as in the dK/dV kernel.
     """
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B H N D may exceed 2^31 elements
-    b = bh // n_heads
-    h = bh % n_heads
-    g = h // group_size
+    start_m, bh, b, h, queries, q_off, k_off, v_off = _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb,
+                                                                     stride_kh, stride_vb, stride_vh, BLOCK_M)
     dtype = Q.dtype.element_ty
-    queries = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D_PAD)
     cols_v = tl.arange(0, DV_PAD)
-    q_off = b * stride_qb + h * stride_qh
-    k_off = b * stride_kb + g * stride_kh
-    v_off = b * stride_vb + g * stride_vh
     o_off = b * stride_ob + h * stride_oh
     shift = n_k - n_q
-    q = _load_rotated(Q + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
-    do_mask = (queries[:, None] < n_q) & (cols_v[None, :] < DV)
-    do = tl.load(DO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-    lse = tl.load(Lse + bh * n_q + queries, mask=queries < n_q, other=0.0)
-    delta = tl.load(Delta + bh * n_q + queries, mask=queries < n_q, other=0.0)
+    row_off = bh * n_q
+    q, do, lse, delta = _load_query_rows(Q, DO, Lse, Delta, q_off, o_off, row_off, queries, cols, cols_v, stride_qn,
+                                         stride_on, n_q, Cos, Sin, shift, D, DV, R)
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     qk_scale = scale * LOG2E
     if TANGENT:
-        tq = _load_rotated(TQ + q_off, queries, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
-        tdo = tl.load(TDO + o_off + queries[:, None] * stride_on + cols_v[None, :], mask=do_mask, other=0.0)
-        t_lse = tl.load(TLse + bh * n_q + queries, mask=queries < n_q, other=0.0)
-        t_delta = tl.load(TDelta + bh * n_q + queries, mask=queries < n_q, other=0.0)
+        tq, tdo, t_lse, t_delta = _load_query_rows(TQ, TDO, TLse, TDelta, q_off, o_off, row_off, queries, cols, cols_v,
+                                                   stride_qn, stride_on, n_q, Cos, Sin, shift, D, DV, R)
         t_dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
 
     kv_len, hi = _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M, CAUSAL, HAS_LENGTHS)
     for start_n in range(0, hi, BLOCK_N):
         keys = start_n + offs_n
         k, v, _ = _load_kv(K, V, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-        k = k.to(dtype)
         s = _scores(q, k, qk_scale, Mask, b, h, queries, keys, n_q, n_k, stride_mb, stride_mh, stride_mm, stride_mn,
                     HAS_MASK, PRECISION)
         p = tl.exp2(s - lse[:, None] * LOG2E)
@@ -393,12 +404,9 @@ def _backward_dq_kernel(
         dq += tl.dot(ds.to(dtype), k, input_precision=PRECISION)
         if TANGENT:
             tk, tv, _ = _load_kv(TK, TV, k_off, v_off, keys, cols, cols_v, stride_kn, stride_vn, n_k, Cos, Sin, D, DV, R)
-            tk = tk.to(dtype)
-            t_s = (tl.dot(tq, tl.trans(k), input_precision=PRECISION)
-                   + tl.dot(q, tl.trans(tk), input_precision=PRECISION)) * scale
+            t_s = _product_tangent(q, tq, k, tk, PRECISION) * scale
             t_p = p * (t_s - t_lse[:, None])
-            t_dp = (tl.dot(tdo, tl.trans(v), input_precision=PRECISION)
-                    + tl.dot(do, tl.trans(tv), input_precision=PRECISION))
+            t_dp = _product_tangent(do, tdo, v, tv, PRECISION)
             t_ds = t_p * (dp - delta[:, None]) + p * (t_dp - t_delta[:, None])
             t_dq += tl.dot(t_ds.to(dtype), k, input_precision=PRECISION)
             t_dq += tl.dot(ds.to(dtype), tk, input_precision=PRECISION)
