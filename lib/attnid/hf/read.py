@@ -1,4 +1,6 @@
-"""The pieces every ``config.json`` mapper is built from: the checked ``Config``, ``LayerGroup``, the registry.
+"""The pieces every ``config.json`` mapper is built from: the checked ``Config``, the shared readers, the registry.
+
+The records a mapper returns (``LayerGroup``, ``Ignored``, ``ModelCount``) live in ``attnid.hf.groups``.
 
 ``Config`` hands out fields through checked accessors (``integer``, ``number``, ``flag``) and
 records what was read; ``ignore`` lists a field that is read but cannot enter a count, with the
@@ -14,12 +16,11 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-from attnid import families
-from attnid.layout import Count, Layout
 from attnid.fields import FIELDS
+from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
 from attnid.spec import AttentionSpec
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB; larger files are refused unread
@@ -48,128 +49,6 @@ SILENT = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop", "ma
 # fatal, unless their name says which keys a query sees (a false "causal" flag would change the mask).
 NEVER_OFF_SWITCH = ("causal", "bidirectional", "decoder", "cross")
 LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-@dataclass(frozen=True)
-class LayerGroup:
-    """Layers of one type with the same layout: ``layers`` of them, each with these counts.
-
-    ``attention`` is False for a layer type this tool does not count (its parameters are then
-    unknown, ``total`` 0 and ``unidentified`` None). ``spec`` is the layout, of any family.
-    """
-
-    kind: str
-    layers: int
-    description: str
-    total: int
-    unidentified: int | None
-    breakdown: dict[str, int] = field(default_factory=dict)
-    note: str = ""
-    weakly_identified: int = 0
-    spec: Any = None
-    attention: bool = True
-
-    @classmethod
-    def from_layout(cls, kind: str, layers: int, layout: Layout, note: str = "") -> "LayerGroup":
-        """A group of attention layers of a layout of any family, counted by its family (``attnid.families``).
-
-        A ``note`` says why the count does not apply to these layers (the group is then not covered).
-        """
-        return cls.from_count(kind, layers, families.count(layout), note)
-
-    @classmethod
-    def from_count(cls, kind: str, layers: int, counted: Count, note: str = "") -> "LayerGroup":
-        """A group from a ``Count`` already made (a plugged-in family that counts itself)."""
-        notes = "; ".join(n for n in (note, counted.note) if n)
-        return cls(kind, layers, counted.spec.describe(), counted.total, counted.unidentified if not note else None,
-                   dict(counted.breakdown) if not note else {}, notes, counted.weakly_identified, counted.spec)
-
-    @classmethod
-    def not_counted(cls, kind: str, layers: int, why: str) -> "LayerGroup":
-        """Layers of a type this tool does not count."""
-        return cls(kind, layers, f"{kind}: not counted", 0, None, {}, why, 0, None, attention=False)
-
-    @property
-    def ratio(self) -> float | None:
-        """unidentified / total per layer (None when not covered or not counted)."""
-        return None if self.unidentified is None or not self.total else self.unidentified / self.total
-
-    def record(self) -> dict[str, Any]:
-        """The group as a JSON-ready dict (what `attnid count --config --json` prints)."""
-        layout = self.spec.to_dict() if isinstance(self.spec, Layout) else None
-        return {"layer_type": self.kind, "layers": self.layers, "attention": self.attention,
-                "layout": self.description, "layout_fields": layout, "parameters_per_layer": self.total,
-                "unidentified_per_layer": self.unidentified, "ratio": self.ratio, "breakdown": self.breakdown,
-                "weakly_identified_per_layer": self.weakly_identified, "note": self.note}
-
-
-@dataclass(frozen=True)
-class Ignored:
-    """A configuration field that does not enter the counts, and why."""
-
-    field: str
-    value: Any
-    why: str
-
-    def record(self) -> dict[str, Any]:
-        """The field, its value and the reason, as a JSON-ready dict (a non-finite number as its text: JSON has none)."""
-        value = self.value
-        if isinstance(value, float) and not math.isfinite(value):
-            value = repr(value)
-        return {"field": self.field, "value": value, "why": self.why}
-
-
-@dataclass(frozen=True)
-class ModelCount:
-    """A whole model's attention, by layer type, from its configuration."""
-
-    source: str
-    model_type: str
-    groups: list[LayerGroup]
-    ignored: list[Ignored]
-    not_attention: list[str]
-
-    @property
-    def layers(self) -> int:
-        """Layers of every type, counted or not."""
-        return sum(g.layers for g in self.groups)
-
-    @property
-    def counted(self) -> list[LayerGroup]:
-        """The groups of attention layers this tool counts."""
-        return [g for g in self.groups if g.attention]
-
-    @property
-    def total(self) -> int:
-        """Parameters of all counted attention layers."""
-        return sum(g.total * g.layers for g in self.counted)
-
-    @property
-    def unidentified(self) -> int | None:
-        """Unidentified parameters of all counted attention layers (None if any of them has no exact count)."""
-        if any(g.unidentified is None for g in self.counted):
-            return None
-        return sum(g.unidentified * g.layers for g in self.counted)  # type: ignore[operator]
-
-    @property
-    def weakly_identified(self) -> int:
-        """Directions identified only through a norm's eps, over all counted layers."""
-        return sum(g.weakly_identified * g.layers for g in self.counted)
-
-    @property
-    def ratio(self) -> float | None:
-        """unidentified / total over all counted layers (None when any group is not covered)."""
-        u = self.unidentified
-        return None if u is None or not self.total else u / self.total
-
-    def record(self) -> dict[str, Any]:
-        """The whole model as a JSON-ready dict."""
-        return {"config": self.source, "model_type": self.model_type, "layers": self.layers,
-                "layers_counted": sum(g.layers for g in self.counted),
-                "groups": [g.record() for g in self.groups],
-                "parameters_all_layers": self.total, "unidentified_all_layers": self.unidentified,
-                "ratio": self.ratio, "weakly_identified_all_layers": self.weakly_identified,
-                "ignored": [i.record() for i in self.ignored], "not_attention_fields": self.not_attention}
 
 
 def _shown(value: Any) -> str:
@@ -379,8 +258,7 @@ def group_layers(kinds: list[str], make: Callable[[str], LayerGroup | AttentionS
         if isinstance(made, AttentionSpec):
             groups.append(LayerGroup.from_layout(kind, n, made))
         else:
-            groups.append(LayerGroup(made.kind, n, made.description, made.total, made.unidentified, made.breakdown,
-                                     made.note, made.weakly_identified, made.spec, made.attention))
+            groups.append(replace(made, layers=n))
     return groups
 
 
@@ -460,9 +338,9 @@ def _bias_all(cfg: Config, name: str = "attention_bias", default: bool = False) 
 
 def _uncover(group: LayerGroup, note: str) -> LayerGroup:
     """The group with its count withheld (``note`` says why); a group that is not attention stays as it is."""
-    if not group.attention:
+    if group.count is None:
         return group
-    return LayerGroup(group.kind, group.layers, group.description, group.total, None, {}, note, 0, group.spec)
+    return replace(group, count=withheld(group.count), note=note)
 
 
 # Configurations that wrap the language model's configuration (multimodal checkpoints): model_type -> the inner key.

@@ -118,6 +118,13 @@ def _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb, stride_
 
 
 @triton.jit
+def _tile_ranges(BLOCK: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr):
+    """The index ranges inside a tile: the BLOCK rows of the side a program loops over, then the
+    padded query/key and value columns."""
+    return tl.arange(0, BLOCK), tl.arange(0, D_PAD), tl.arange(0, DV_PAD)
+
+
+@triton.jit
 def _key_end(KeyLen, b, n_k, start_m, shift, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, HAS_LENGTHS: tl.constexpr):
     """(kv_len, hi): the keys batch ``b`` has, and where a query block's loop over key blocks stops.
 
@@ -184,9 +191,7 @@ def _forward_kernel(
     start_m, bh, b, h, offs_m, q_off, k_off, v_off = _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb,
                                                                     stride_kh, stride_vb, stride_vh, BLOCK_M)
     dtype = Q.dtype.element_ty
-    offs_n = tl.arange(0, BLOCK_N)
-    cols = tl.arange(0, D_PAD)
-    cols_v = tl.arange(0, DV_PAD)
+    offs_n, cols, cols_v = _tile_ranges(BLOCK_N, D_PAD, DV_PAD)
     shift = n_k - n_q  # query i sits at position i + shift (causal: sees keys j <= i + shift)
     q = _load_rotated(Q + q_off, offs_m, cols, stride_qn, n_q, Cos, Sin, D, R, shift).to(dtype)
     qk_scale = scale * LOG2E  # scores in base-2 units
@@ -291,9 +296,7 @@ def _backward_dkdv_kernel(
     g = bg % n_kv_heads
     dtype = K.dtype.element_ty
     keys = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, D_PAD)
-    cols_v = tl.arange(0, DV_PAD)
+    offs_m, cols, cols_v = _tile_ranges(BLOCK_M, D_PAD, DV_PAD)
     k_off = b * stride_kb + g * stride_kh
     v_off = b * stride_vb + g * stride_vh
     shift = n_k - n_q
@@ -376,9 +379,7 @@ def _backward_dq_kernel(
     start_m, bh, b, h, queries, q_off, k_off, v_off = _query_program(n_heads, group_size, stride_qb, stride_qh, stride_kb,
                                                                      stride_kh, stride_vb, stride_vh, BLOCK_M)
     dtype = Q.dtype.element_ty
-    offs_n = tl.arange(0, BLOCK_N)
-    cols = tl.arange(0, D_PAD)
-    cols_v = tl.arange(0, DV_PAD)
+    offs_n, cols, cols_v = _tile_ranges(BLOCK_N, D_PAD, DV_PAD)
     o_off = b * stride_ob + h * stride_oh
     shift = n_k - n_q
     row_off = bh * n_q

@@ -39,8 +39,11 @@ class MLASpec:
     d_model: int
     heads: int
     kv_lora_rank: int
+    """d_c: the width of the shared key/value latent (DeepSeek's ``kv_lora_rank``)."""
     qk_nope_head_dim: int
+    """d_n: the per-head query/key width without rotation."""
     qk_rope_head_dim: int
+    """d_r: the rotated query width per head; the rotated key of that width is shared by all heads."""
     v_head_dim: int
     q_lora_rank: int | None = None
     rope_base: float = 10000.0
