@@ -68,3 +68,13 @@ def test_a_gradient_step_is_orthogonal_to_the_orbit_and_an_adam_step_is_not() ->
     assert sgd < 1e-4  # float32 round-off of the step; the exact gradient is orthogonal to the orbit
     assert adam > 0.01
     assert len(runs["sgd"].val_loss) == 1 and len(runs["sgd"].net_shares) == 1
+
+
+def test_the_tuning_score_is_the_mean_of_the_last_evaluations() -> None:
+    history = ft.FineTuneHistory(val_loss=[2.0, 1.5, 1.25, 0.75])
+    assert ft.tuning_score(history) == pytest.approx(1.0)
+    assert ft.tuning_score(history, last=3) == pytest.approx(3.5 / 3)
+    with pytest.raises(ValueError, match="at least 5 evaluations"):
+        ft.tuning_score(history, last=5)
+    with pytest.raises(ValueError, match="last >= 1"):
+        ft.tuning_score(history, last=0)

@@ -131,18 +131,24 @@ class FineTuneRun:
     """One run, picklable: the optimiser and its rate, the starting arm, the seed and the schedule."""
 
     seed: int
+    """Seeds the head's initialisation and the batches."""
     optimiser: str
+    """A name ``attnid.train.training.make_optimiser`` knows ('adamw', 'sgd', ...)."""
     lr: float
     arm: str = "original"
+    """'original': the weights as trained; 'balanced': their balanced representative (the same function)."""
     weight_decay: float = 0.0
-    steps: int = 200
+    steps: int = 100
     batch: int = 16
-    eval_every: int = 50
+    eval_every: int = 25
+    """Validation loss and accuracy after every ``eval_every`` steps and after the last."""
     shares_every: int = 10
+    """The invisible shares of the step's attention update at every ``shares_every``-th step (from step 0)."""
     trained_layers: int = 1
     classes: int = 8
     per_class: int = 300
-    max_len: int = 32
+    max_len: int = 24
+    """Tokens per docstring, [CLS] and [SEP] included (longer ones are truncated)."""
 
     def __post_init__(self) -> None:
         check_seed(self.seed)
@@ -163,6 +169,14 @@ class FineTuneHistory:
     shares: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)
     net_shares: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     balance: list[tuple[str, int, int, float, float]] = field(default_factory=list)  # (when, layer, group, QK, VO ratio)
+
+
+def tuning_score(history: FineTuneHistory, last: int = 2) -> float:
+    """The mean validation loss of a run's ``last`` evaluations: what the rate tuning minimises (one
+    evaluation on a few hundred docstrings after a noisy last batch is a noisy score)."""
+    if last < 1 or len(history.val_loss) < last:
+        raise ValueError(f"need at least {last} evaluations (last >= 1), the run has {len(history.val_loss)}")
+    return sum(history.val_loss[-last:]) / last
 
 
 @dataclass(frozen=True)
