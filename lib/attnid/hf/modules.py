@@ -37,7 +37,7 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnid import normalise
-from attnid.hf.same_weights import SameWeights
+from attnid.same_weights import SameWeights
 from attnid.normalise import additive_mask
 from attnid.spec import AttentionSpec, Params
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnid.hf.same_weights import SameWeights
+from attnid.same_weights import SameWeights
 from attnid.jacobian import count_parameters
 from attnid.normalise import additive_mask, causal_mask
 from attnid.rank import RankDecision

@@ -4,7 +4,8 @@
 attnid's parameters; ``error`` is max |out - Y| / max |Y| for any output, and ``module_error`` that
 of the module itself at other attnid parameters (after a symmetry move, or a step off the orbit).
 The layer is any object with ``weights``, ``output``, ``to_attnid`` and ``from_attnid``
-(``attnid.hf.modules.HFLayer``, ``attnid.families.mla.HFMLA``).
+(``attnid.hf.modules.HFLayer``, ``attnid.families.mla.HFMLA``). It sits below both
+folders, which it serves, and imports neither.
 """
 
 from __future__ import annotations
