@@ -7,6 +7,7 @@ invisible shares of the updates against chance, the balance of the trained layer
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -215,6 +216,7 @@ def findings(tuning: Sequence[Row], rows: Sequence[Row], summaries: Mapping[tupl
         assert 10 * ROUND_OFF < summaries[("adamw", arm)].low and summaries[("adamw", arm)].high < chance(orbit)
     step = by[("adamw", "step_share")]
     assert significant(step) and step.summary.high < 0 and step.summary.wins == step.summary.n, step
+    assert math.isclose(step.adjusted, len(comparisons) * 2 / 2**step.summary.n), step  # the smallest Holm p possible
     moved = max(abs(a - b) for key in ranges if key[2] == "start"
                 for a, b in zip(ranges[key], ranges[(key[0], key[1], "end")], strict=True))
     return {"ft-adam-share": adam.median["total"], "ft-adam-low": adam.low, "ft-adam-high": adam.high,
