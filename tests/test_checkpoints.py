@@ -364,10 +364,14 @@ def test_structured_route_declines_what_its_theorem_does_not_cover() -> None:
         assert atpoint.structured(params, spec).unidentified is None
 
 
-def _llama_gguf(folder: Path, model: torch.nn.Module) -> Path:
-    """Write a Llama model as an F32 GGUF file the way llama.cpp's converter does (Q/K rows permuted), with gguf's writer."""
+def _llama_gguf(folder: Path, model: torch.nn.Module, quantised: tuple[str, ...] = ()) -> Path:
+    """Write a Llama model as a GGUF file the way llama.cpp's converter does (Q/K rows permuted), with gguf's writer.
+
+    Tensors whose GGUF name contains one of ``quantised`` are stored as Q8_0, the others as F32.
+    """
     import numpy as np
-    from gguf import GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf.quants import quantize
 
     config = model.config
     h, g, layers = config.num_attention_heads, config.num_key_value_heads, config.num_hidden_layers
@@ -399,7 +403,10 @@ def _llama_gguf(folder: Path, model: torch.nn.Module) -> Path:
         w = tensor.detach().numpy().astype(np.float32)
         if ".q_proj." in name or ".k_proj." in name:
             w = permute(w, h if ".q_proj." in name else g)
-        writer.add_tensor(names[name], np.ascontiguousarray(w))
+        if any(q in names[name] for q in quantised):
+            writer.add_tensor(names[name], quantize(w, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(names[name], np.ascontiguousarray(w))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -425,3 +432,60 @@ def test_a_gguf_checkpoint_reads_as_transformers_loads_it(tmp_path: Path, how: s
             module = name.rsplit(".", 2)[-2]
             assert torch.equal(tensor, attention.get_submodule(module).weight), name
         assert report["layers"][i]["unidentified_at_point"] == _independent_nullity(loaded, "llama", i, spec)
+
+
+def test_rebalance_of_a_gguf_file_writes_a_gguf_file_of_the_same_function(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from attnid.hf.gguf_file import GGUFFile
+    from attnid.hf.rebalance import rebalance, representative
+
+    source = _llama_gguf(tmp_path / "gguf", _model("llama"), quantised=("ffn_down",))
+    with pytest.raises(CheckpointError, match="suffix .gguf"):
+        rebalance(source, tmp_path / "out")
+    out = tmp_path / "balanced.gguf"
+    figures = rebalance(source, out)
+    assert figures["float32_difference"] <= figures["tolerance"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["balanced.gguf", "gguf"]  # no staging left behind
+    before, after = GGUFFile(source), GGUFFile(out)
+    assert after.fields == before.fields and list(after.tensors) == list(before.tensors)
+    for name, (dims, kind, _) in before.tensors.items():  # the attention tensors are float32, the rest as they were
+        assert after.tensors[name][0] == dims
+        if ".attn_" in name and not name.endswith("_norm.weight"):
+            assert after.tensors[name][1] == 0, name
+        else:
+            assert after.tensors[name][1] == kind, name
+            (a, n), (b, m) = before._extent(name), after._extent(name)
+            assert before.data[a:a + n] == after.data[b:b + m], name
+    assert any(kind == 8 for _, kind, _ in before.tensors.values())  # a Q8_0 tensor was copied byte for byte
+    old, new = open_checkpoint(source), open_checkpoint(out)
+    for i in range(old.n_layers):  # OUT holds the representative, rounded to float32 once
+        want = representative(old.layer(i), old.specs[i])[0]
+        for name, value in new.layer(i).items():
+            assert torch.allclose(value, want[name].to(torch.float32).to(torch.float64), rtol=0, atol=0), name
+    for layer in inspect_checkpoint(out)["layers"]:
+        for ratio in layer["query_key_norm_ratio"] + layer["value_output_norm_ratio"]:
+            assert ratio == pytest.approx(1.0, abs=1e-5)
+    ids = torch.arange(12)[None] * 5 % 64
+    with torch.no_grad():
+        logits = [AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float64)(input_ids=ids).logits
+                  for p in (source, out)]
+    assert float((logits[1] - logits[0]).abs().max()) < 1e-5 * float(logits[0].abs().max())
+    moved = [float((a - b).abs().max()) for a, b in zip(old.layer(0).values(), new.layer(0).values())]
+    assert max(moved) > 1e-3  # the weights did move: the check above could fail
+
+
+def test_a_gguf_tensor_the_loader_changes_beyond_a_permutation_is_not_written_back(tmp_path: Path) -> None:
+    from attnid.hf.gguf_write import loaded_order
+
+    checkpoint = open_checkpoint(_llama_gguf(tmp_path / "gguf", _model("llama")))
+    source = checkpoint._source
+    assert sorted(loaded_order(source, "blk.0.attn_q.weight")) == list(range(16 * 16))
+
+    class Shifted:  # a loader that adds one to every element, as Gemma's does to its norms
+        def process(self, weights, name):
+            return type("T", (), {"weights": weights + 1})()
+
+    source.processor = Shifted()
+    with pytest.raises(CheckpointError, match="more than a permutation"):
+        loaded_order(source, "blk.0.attn_q.weight")

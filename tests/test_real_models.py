@@ -85,3 +85,17 @@ def test_rebalance_refuses_a_gguf_file(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="quantised"):
         rebalance(_path("smollm2"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_smollm2_rebalanced_is_a_gguf_file_of_the_same_model_balanced(tmp_path: Path) -> None:
+    from attnid.hf.rebalance import rebalance
+
+    out = tmp_path / "smollm2-balanced.gguf"
+    figures = rebalance(_path("smollm2"), out)
+    assert figures["tokens"] > 20  # the GGUF file's own tokenizer read the check text
+    assert figures["float32_difference"] <= figures["tolerance"] and not figures["layers_not_balanced"]
+    report = inspect_checkpoint(out)
+    ratios = [r for layer in report["layers"] for r in layer["query_key_norm_ratio"] + layer["value_output_norm_ratio"]]
+    assert max(abs(r - 1) for r in ratios) < 1e-5
+    assert report["unidentified_at_point"] == 374_400 and report["head_verdicts"] == {"generic": 270}

@@ -29,8 +29,8 @@ def add_parsers(sub: Any, common: dict[str, Any], bounded_int: Any) -> None:
                    help="layers with at most this many parameters take the dense float64 Jacobian (default 4096)")
     i.add_argument("--progress", action="store_true", help="a progress bar on stderr (default: on a terminal)")
     r = sub.add_parser("rebalance", help="write the same function at the balanced point of its orbit", **common)
-    r.add_argument("source", metavar="IN", help="a Hugging Face model folder (config.json + safetensors)")
-    r.add_argument("out", metavar="OUT", help="the new folder; must not exist")
+    r.add_argument("source", metavar="IN", help="a Hugging Face model folder (config.json + safetensors) or a GGUF file")
+    r.add_argument("out", metavar="OUT", help="the new folder, or for a GGUF IN the new .gguf file; must not exist")
     r.add_argument("--to", choices=("balanced",), default="balanced",
                    help="the representative: balanced (dead parameters zeroed, each group at its least-norm point)")
     r.add_argument("--json", action="store_true", help="print the check's figures as one JSON object")

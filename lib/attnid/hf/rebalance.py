@@ -14,8 +14,13 @@ the function (chapter "Trained models"):
 Before anything is written, the new weights are loaded into transformers next to the old ones and both
 run on a fixed English text; OUT is written only if the new model's float32 output lies within
 ``TOLERANCE_FACTOR`` times the old model's own float32 round-off (its float32 output against its float64
-output). OUT is built in a temporary sibling folder and renamed into place: it is absent or complete,
-and an existing OUT is never touched.
+output). OUT is built in a temporary sibling folder and renamed (a GGUF file: hard-linked) into place:
+it is absent or complete, and an existing OUT is never touched.
+
+IN may be a safetensors folder (OUT is one too, all weights in one model.safetensors) or a GGUF file.
+OUT is then a GGUF file with the same metadata and tensors, but the moved attention tensors are float32
+(``attnid.hf.gguf_write``). Rounding them back to the source's quantised blocks would change the function.
+The function kept is the one transformers computes from IN, which dequantises every tensor when it loads.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from tqdm import tqdm
 from attnid.balancing import SingularGramError, balance
 from attnid.hf.atpoint import without_dead
 from attnid.hf.checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from attnid.hf.gguf_write import stored_values, write_like
 from attnid.spec import AttentionSpec, Params
 
 REPRESENTATIVES = ("balanced",)
@@ -62,10 +68,16 @@ def representative(params: Params, spec: AttentionSpec) -> tuple[dict[str, torch
         return moved, f"dead parameters only: {exc}"
 
 
-def _outputs(folder: Path, dtype: torch.dtype, ids: torch.Tensor) -> torch.Tensor:
+def _location(path: Path) -> tuple[str, dict[str, str]]:
+    """What transformers' from_pretrained takes for a checkpoint folder or a GGUF file."""
+    return (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
+
+
+def _outputs(path: Path, dtype: torch.dtype, ids: torch.Tensor) -> torch.Tensor:
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(str(folder), dtype=dtype).eval()
+    where, extra = _location(path)
+    model = AutoModel.from_pretrained(where, dtype=dtype, **extra).eval()
     with torch.no_grad():
         return model(input_ids=ids).last_hidden_state.to(torch.float64)
 
@@ -75,7 +87,8 @@ def _check_ids(source: Path, vocab: int) -> torch.Tensor:
     try:
         from transformers import AutoTokenizer
 
-        ids = AutoTokenizer.from_pretrained(str(source))(CHECK_TEXT, return_tensors="pt")["input_ids"]
+        where, extra = _location(source)
+        ids = AutoTokenizer.from_pretrained(where, **extra)(CHECK_TEXT, return_tensors="pt")["input_ids"]
         if ids.numel() and int(ids.max()) < vocab:
             return ids
     except (OSError, ValueError, TypeError, KeyError):
@@ -103,42 +116,55 @@ def rebalance(source: Path | str, out: Path | str, *, to: str = "balanced", prog
     if out.exists() or out.is_symlink():
         raise CheckpointError(f"{out}: already exists; rebalance never overwrites (remove it or choose another OUT)")
     checkpoint = open_checkpoint(source)
-    if checkpoint.format != "safetensors":
-        raise CheckpointError(f"{source}: a GGUF file's weights are quantised; moving them needs requantising, which "
-                              "changes the function. rebalance reads and writes Hugging Face safetensors folders")
     if not out.parent.is_dir():
         raise CheckpointError(f"{out.parent}: no such folder")
-    state = checkpoint.all_tensors()
-    notes = {}
+    if checkpoint.format == "gguf" and out.suffix != ".gguf":
+        raise CheckpointError(f"{out}: IN is a GGUF file, so OUT is one too: give it the suffix .gguf")
+    moved, notes = {}, {}
     for i in tqdm(range(checkpoint.n_layers), desc="rebalance: layers", unit="layer", disable=not progress,
                   file=sys.stderr, leave=False):
-        moved, note = representative(checkpoint.layer(i), checkpoint.specs[i])
+        params, note = representative(checkpoint.layer(i), checkpoint.specs[i])
         if note:
             notes[str(i)] = note
-        for name, tensor in checkpoint.tensors(i, moved).items():
-            state[name] = tensor.to(state[name].dtype).contiguous()
+        moved |= checkpoint.tensors(i, params)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        _write(source, staging, state)
-        figures = check_same_function(source, staging, int(checkpoint.config.get("vocab_size", 2)))
+        written = _write_gguf(checkpoint, staging, out.name, moved) if checkpoint.format == "gguf" else \
+            _write(source, staging, checkpoint, moved)
+        figures = check_same_function(source, written, int(checkpoint.config.get("vocab_size", 2)))
         if not figures["float32_difference"] <= figures["tolerance"]:
             raise CheckpointError(f"the rebalanced model differs from IN by {figures['float32_difference']:.2e} "
                                   f"(relative), more than {TOLERANCE_FACTOR:g} times IN's own float32 round-off "
                                   f"({figures['own_float32_roundoff']:.2e}); nothing written")
-        os.rename(staging, out)  # atomic; fails if OUT appeared meanwhile, and then OUT is left as it was
-    except BaseException:
+        if checkpoint.format == "gguf":
+            os.link(written, out)  # atomic, and fails if OUT appeared meanwhile (OUT is then left as it was)
+        else:
+            os.rename(staging, out)  # likewise, for a folder
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {**figures, "layers_not_balanced": notes}
 
 
-def _write(source: Path, staging: Path, state: dict[str, torch.Tensor]) -> None:
+def _write_gguf(checkpoint: Checkpoint, staging: Path, name: str, moved: dict[str, torch.Tensor]) -> Path:
+    """IN's GGUF file with the moved attention tensors stored as float32 (``attnid.hf.gguf_write``)."""
+    source = checkpoint._source
+    replaced = dict(stored_values(source, hf_name, values) for hf_name, values in moved.items())
+    path = staging / name
+    with path.open("wb") as f:
+        write_like(source.file, f, replaced)
+    return path
+
+
+def _write(source: Path, staging: Path, checkpoint: Checkpoint, moved: dict[str, torch.Tensor]) -> Path:
     """The new weights as one model.safetensors, and every other file of IN (config, tokenizer) copied."""
     from safetensors.torch import save_file
 
+    state = checkpoint.all_tensors()
+    state |= {name: tensor.to(state[name].dtype).contiguous() for name, tensor in moved.items()}
     for item in source.iterdir():
         if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and item.name not in WEIGHT_NAMES:
             shutil.copy2(item, staging / item.name)
         elif item.is_dir():
             shutil.copytree(item, staging / item.name)
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    return staging
