@@ -227,5 +227,5 @@ def findings(tuning: Sequence[Row], rows: Sequence[Row], summaries: Mapping[tupl
             "ft-step-drop-relative": f"{-step.summary.median_difference / step.original:.0%}",
             "ft-step-p": f"{step.adjusted:.2g}", "ft-seeds": step.summary.n,
             "ft-other-p": f"{min(c.adjusted for c in comparisons if c.metric != 'step_share'):.2g}",
-            "ft-levelled": f"{LEVELLED:g}", "ft-balance-moved": below(moved, 0.01, "the largest change of a balance ratio"), "ft-tests": len(comparisons)}
+            "ft-levelled": f"{LEVELLED:g}", "ft-steps": max(int(r["step"]) for r in rows if r["phase"] == "main"), "ft-balance-moved": below(moved, 0.01, "the largest change of a balance ratio"), "ft-tests": len(comparisons)}
 
