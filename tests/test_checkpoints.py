@@ -489,3 +489,14 @@ def test_a_gguf_tensor_the_loader_changes_beyond_a_permutation_is_not_written_ba
     source.processor = Shifted()
     with pytest.raises(CheckpointError, match="more than a permutation"):
         loaded_order(source, "blk.0.attn_q.weight")
+
+
+def test_a_gguf_rebalance_that_moves_nothing_writes_the_source_bytes_back(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnid.hf import rebalance as rb
+
+    source = _llama_gguf(tmp_path / "gguf", _model("llama"), quantised=("ffn_down",))
+    monkeypatch.setattr(rb, "representative", lambda params, spec: (params, ""))  # a layer already at its point
+    out = tmp_path / "same.gguf"
+    rb.rebalance(source, out)
+    assert out.read_bytes() == source.read_bytes()  # header, fields, index, alignment and data rebuilt exactly

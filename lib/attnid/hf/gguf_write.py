@@ -44,6 +44,8 @@ def stored_values(source: GGUFSource, name: str, values: torch.Tensor) -> tuple[
     key = source._gguf_name(name)
     if key is None or key not in source.file.tensors:
         raise CheckpointError(f"{source.path}: no GGUF tensor for {name}")
+    if tuple(values.shape) != source.file.shape(key):
+        raise CheckpointError(f"{name}: shape {tuple(values.shape)}, but {key} loads as {source.file.shape(key)}")
     flat = values.detach().to("cpu", torch.float64).numpy().ravel()
     out = np.empty(flat.size, dtype=np.float32)
     out[loaded_order(source, key)] = flat

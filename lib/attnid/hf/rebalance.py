@@ -19,7 +19,8 @@ it is absent or complete, and an existing OUT is never touched.
 
 IN may be a safetensors folder (OUT is one too, all weights in one model.safetensors) or a GGUF file.
 OUT is then a GGUF file with the same metadata and tensors, but the moved attention tensors are float32
-(``attnid.hf.gguf_write``). Rounding them back to the source's quantised blocks would change the function.
+(``attnid.hf.gguf_write``); a tensor that does not move keeps its bytes. Rounding the moved ones back to the
+source's quantised blocks would change the function.
 The function kept is the one transformers computes from IN, which dequantises every tensor when it loads.
 """
 
@@ -131,15 +132,18 @@ def rebalance(source: Path | str, out: Path | str, *, to: str = "balanced", prog
     try:
         written = _write_gguf(checkpoint, staging, out.name, moved) if checkpoint.format == "gguf" else \
             _write(source, staging, checkpoint, moved)
-        figures = check_same_function(source, written, int(checkpoint.config.get("vocab_size", 2)))
+        figures = check_same_function(source, written, _vocab_size(checkpoint))
         if not figures["float32_difference"] <= figures["tolerance"]:
             raise CheckpointError(f"the rebalanced model differs from IN by {figures['float32_difference']:.2e} "
                                   f"(relative), more than {TOLERANCE_FACTOR:g} times IN's own float32 round-off "
                                   f"({figures['own_float32_roundoff']:.2e}); nothing written")
-        if checkpoint.format == "gguf":
-            os.link(written, out)  # atomic, and fails if OUT appeared meanwhile (OUT is then left as it was)
-        else:
-            os.rename(staging, out)  # likewise, for a folder
+        try:
+            if checkpoint.format == "gguf":
+                os.link(written, out)  # atomic, and fails if OUT appeared meanwhile (OUT is then left as it was)
+            else:
+                os.rename(staging, out)  # atomic; fails if a non-empty OUT appeared meanwhile
+        except OSError as exc:
+            raise CheckpointError(f"{out}: cannot put the new checkpoint in place ({exc}); nothing written") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {**figures, "layers_not_balanced": notes}
@@ -148,11 +152,23 @@ def rebalance(source: Path | str, out: Path | str, *, to: str = "balanced", prog
 def _write_gguf(checkpoint: Checkpoint, staging: Path, name: str, moved: dict[str, torch.Tensor]) -> Path:
     """IN's GGUF file with the moved attention tensors stored as float32 (``attnid.hf.gguf_write``)."""
     source = checkpoint._source
-    replaced = dict(stored_values(source, hf_name, values) for hf_name, values in moved.items())
+    replaced = dict(stored_values(source, hf_name, values) for hf_name, values in moved.items()
+                    if not torch.equal(values, source.get(hf_name)))  # a tensor that did not move keeps its bytes
     path = staging / name
     with path.open("wb") as f:
         write_like(source.file, f, replaced)
     return path
+
+
+def _vocab_size(checkpoint: Checkpoint) -> int:
+    """The vocabulary the check's token ids must lie in: the configuration's, else a GGUF file's embedding rows
+    (not every GGUF file records its vocabulary size)."""
+    size = checkpoint.config.get("vocab_size")
+    if isinstance(size, int) and size > 0:
+        return size
+    if checkpoint.format == "gguf" and "token_embd.weight" in checkpoint._source.file.tensors:
+        return checkpoint._source.file.shape("token_embd.weight")[0]
+    return 2
 
 
 def _write(source: Path, staging: Path, checkpoint: Checkpoint, moved: dict[str, torch.Tensor]) -> Path:
