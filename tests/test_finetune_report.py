@@ -53,3 +53,15 @@ def test_a_balanced_start_lower_on_every_seed_gets_the_smallest_exact_p() -> Non
     assert step.summary.median_difference == pytest.approx(-0.1)
     assert by["val_loss"].summary.ties == 8 and not FT.significant(by["val_loss"])
     assert FT.plateau(run_rows(losses))[("adamw", "original")][1] == pytest.approx(-1.0)  # the last step minus step 50
+
+
+def test_the_balance_change_pairs_each_group_with_itself() -> None:
+    def row(when: str, group: str, qk: float) -> dict[str, str]:
+        return {"optimiser": "sgd", "arm": "original", "seed": "0", "layer": "5", "group": group, "when": when,
+                "qk_ratio": str(qk), "vo_ratio": "1"}
+
+    # two groups swap their ratios: the ranges stay the same, but each group moved by 0.5
+    rows = [row("start", "0", 1.0), row("start", "1", 1.5), row("end", "0", 1.5), row("end", "1", 1.0)]
+    assert FT.balance_change(rows) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="without an end row"):
+        FT.balance_change(rows[:3])
