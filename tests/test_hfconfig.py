@@ -37,7 +37,7 @@ def test_llama_3_8b_from_its_published_config(cli: CLI) -> None:
     code, out, _ = cli("count", "--config", str(FIXTURES / "llama-3-8b" / "config.json"))
     assert code == 0
     assert "per layer: parameters 41,943,040, unidentified 132,096" in out
-    assert "whole model (32 attention layers): parameters 1,342,177,280, unidentified 4,227,072" in out
+    assert "all 32 attention layers (attention only; --whole-model counts the rest): parameters 1,342,177,280, unidentified 4,227,072" in out
 
 
 def test_qwen3_8b_from_its_published_config(cli: CLI) -> None:

@@ -37,6 +37,7 @@ The engine lives at the top; families, Hugging Face models and training are sub-
 ``families``     one module per attention family (mha, gated, alibi, relbias, mla, ...); the front door
                  (``attnid.count``, ``verify``, ``forward``, ``init_params``, ``estimate``) for a layout of any family
 ``hf``           Hugging Face configs (``hf.config``) and cross-checks against transformers modules
+``whole``        the whole model: a stack's layout and its closed-form count beyond the attention layers
 ``train``        the training machinery of the experiments: problems, sweeps, the text model, statistics
 ``kernels``      Triton attention kernels (FlashAttention-2, fused RoPE, GQA, sink, JVP) and a reference
 

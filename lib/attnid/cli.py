@@ -45,7 +45,7 @@ from attnid.families.relbias import MAX_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSp
 from attnid.runtime import MAX_SEED
 from attnid.spec import DEFAULT_QK_NORM_EPS, NORMS, QK_NORMS, AttentionSpec
 from attnid.budget import METHODS, MIN_SEQ_LEN, Estimate, MemoryLimitExceeded, default_seq_len, format_bytes
-from attnid.report import census_lines, config_lines, count_lines, count_record, verify_lines, verify_record
+from attnid.report import census_lines, config_lines, whole_lines, count_lines, count_record, verify_lines, verify_record
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_OUT_OF_MEMORY = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
@@ -170,6 +170,9 @@ def _add_layout_flags(p: argparse.ArgumentParser, config: bool = False) -> None:
         p.add_argument("--config", default=None, metavar="PATH",
                        help="count a whole model from its Hugging Face config.json (a file, or a folder holding one; "
                             "read offline) instead of the layout flags")
+        p.add_argument("--whole-model", action="store_true",
+                       help="with --config: also count the whole model (embeddings, attention, MLPs, norms, residual "
+                            "stream, head), for the model architectures[0] builds and for its base model")
     p.add_argument("--d-model", type=schema_type("d_model"), required=not config, help=f"model width d (1 to {MAX_WIDTH:,})")
     p.add_argument("--heads", type=schema_type("heads"), required=not config, help=f"query heads H (1 to {MAX_WIDTH:,})")
     p.add_argument("--kv-heads", type=schema_type("kv_heads"), default=None, help="key/value heads G (divides H; default H)")
@@ -313,8 +316,18 @@ def _base_spec(args: argparse.Namespace) -> AttentionSpec:
 def run_config_count(args: argparse.Namespace) -> int:
     from attnid.hf.config import model_count
 
-    result = model_count(args.config)
-    print(json.dumps(result.record()) if args.json else "\n".join(config_lines(result)))
+    from attnid.hf.config import count_config, read_config
+
+    if not args.whole_model:
+        result = model_count(args.config)
+        print(json.dumps(result.record()) if args.json else "\n".join(config_lines(result)))
+        return EXIT_OK
+    from attnid.hf.whole import whole_model
+
+    data, where = read_config(args.config)
+    result = count_config(data, where)
+    whole = whole_model(data, where)
+    print(json.dumps({**result.record(), **whole}) if args.json else "\n".join(config_lines(result) + whole_lines(whole)))
     return EXIT_OK
 
 
@@ -393,7 +406,7 @@ def _main(argv: list[str] | None) -> int:
             parser.exit(EXIT_USAGE, f"attnid census: error: {exc}\n")
     if args.command == "count" and args.config is not None:
         defaults = vars(parser.parse_args(["count", "--config", args.config]))
-        given = [f for f, v in vars(args).items() if f not in ("config", "json") and v != defaults[f]]
+        given = [f for f, v in vars(args).items() if f not in ("config", "json", "whole_model") and v != defaults[f]]
         if given:
             parser.exit(EXIT_USAGE, f"attnid count: error: --config reads the layout from the file; do not give "
                                     f"{', '.join('--' + f.replace('_', '-') for f in given)} with it\n")
@@ -401,6 +414,8 @@ def _main(argv: list[str] | None) -> int:
             return run_config_count(args)
         except ValueError as exc:
             parser.exit(EXIT_USAGE, f"attnid count: error: {_one_line(exc, 2000)}\n")
+    if args.command == "count" and args.whole_model and args.config is None:
+        parser.exit(EXIT_USAGE, "attnid count: error: --whole-model needs --config (a model's config.json)\n")
     if args.command == "count" and (args.d_model is None or args.heads is None):
         missing = [f for f, v in (("--d-model", args.d_model), ("--heads", args.heads)) if v is None]
         parser.exit(EXIT_USAGE, f"attnid count: error: the following arguments are required: {', '.join(missing)}\n")

@@ -84,11 +84,27 @@ def config_lines(m: Any) -> list[str]:
         whole = "n/a (a layer type has no exact count)"
     else:
         whole = f"{m.unidentified:,} (ratio {m.ratio:.6g})"
-    lines.append(f"whole model ({counted} attention layers): parameters {m.total:,}, unidentified {whole}")
+    lines.append(f"all {counted} attention layers (attention only; --whole-model counts the rest): parameters "
+                 f"{m.total:,}, unidentified {whole}")
     if m.weakly_identified:
         lines.append(f"  weakly identified {m.weakly_identified:,}")
     for i in m.ignored:
         lines.append(f"ignored: {i.field} = {json.dumps(i.value)[:80]}: {i.why}")
+    return lines
+
+
+def whole_lines(whole: dict[str, dict[str, Any]]) -> list[str]:
+    """The text report of ``--whole-model``: the model ``architectures[0]`` builds, and its base model."""
+    lines = []
+    for key, label in (("whole_model", "whole model"), ("base", "base model")):
+        r = whole[key]
+        name = f" ({r['architecture']})" if key == "whole_model" and r["architecture"] else ""
+        if r["unidentified"] is None:
+            lines.append(f"{label}{name}: withheld: {r['note']}")
+            continue
+        lines.append(f"{label}{name}: parameters {r['parameters']:,}, unidentified {r['unidentified']:,} "
+                     f"(ratio {r['ratio']:.6g})")
+        lines.append("  " + ", ".join(f"{k} {v:,}" for k, v in r["breakdown"].items()))
     return lines
 
 

@@ -72,6 +72,15 @@ _GROUP = _closed("One type of layer of the model.", {
     "note": {"type": "string"},
 })
 
+_WHOLE = _closed("A whole model's count (--whole-model), or the one line why it is withheld.", {
+    "architecture": {"type": ["string", "null"], "description": "architectures[0], or 'base model'"},
+    "parameters": {**_INT_OR_NULL, "description": "every parameter, each tied tensor once"},
+    "unidentified": {**_INT_OR_NULL, "description": "the exact count the function cannot see (null: withheld)"},
+    "ratio": _RATIO,
+    "breakdown": {**_COUNTS, "description": "embeddings, attention, mlp, norms, residual, head"},
+    "note": {"type": "string", "description": "why the count is withheld"},
+})
+
 CONFIG = {"$schema": DIALECT, "title": "attnid count --config PATH --json", **_closed(
     "A model's attention layers, by type, from its Hugging Face config.json.", {
         "config": {"type": "string", "description": "the file read"},
@@ -86,7 +95,9 @@ CONFIG = {"$schema": DIALECT, "title": "attnid count --config PATH --json", **_c
         "ignored": {"type": "array", "items": _closed("A field that does not enter the counts, and why.", {
             "field": {"type": "string"}, "value": {}, "why": {"type": "string"}})},
         "not_attention_fields": {"type": "array", "items": {"type": "string"}},
-    })}
+        "whole_model": {**_WHOLE, "description": "with --whole-model: the model architectures[0] builds, head included"},
+        "base": {**_WHOLE, "description": "with --whole-model: its backbone, whose output is the last hidden state"},
+    }, optional=("whole_model", "base"))}
 
 _MODEL = _closed("One published model of the census.", {
     "model": {"type": "string"},

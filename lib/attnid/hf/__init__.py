@@ -11,5 +11,6 @@
 ``rebalance`` ``attnid rebalance``: the same function at the balanced point of its orbit, checked, written atomically
 ``commands`` the two subcommands' parsers and runners; ``pretrained`` where the two pinned pretrained models are
 ``gguf_file`` a GGUF file's index and tensors, read within bounds; ``errors`` the one ``CheckpointError``
+``whole``    ``--whole-model``: a config's whole-model layout and count; ``whole_jacobian`` its float64 Jacobian check
 ``quantize`` round-to-nearest quantisation of a checkpoint's attention before and after orbit moves
 """

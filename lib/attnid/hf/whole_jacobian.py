@@ -1,0 +1,163 @@
+"""The whole-model count checked numerically: the float64 Jacobian of a transformers model built from a config.
+
+``measure(data, head=...)`` builds the model ``architectures[0]`` names (``head=True``, the logits) or its
+backbone (``head=False``, the last hidden state) from a small configuration, draws a random point where
+every parameter is away from special values (matrices Gaussian over sqrt(fan-in), norm gains of random
+sign and size in [0.5, 1.5], every other vector Gaussian), and stacks the Jacobian of the output with
+respect to all parameters over input sequences until its rank is stable. The rank follows the book's rule
+(``attnid.rank``: singular values above 1e-10 of the largest, six decades of gap, rows that do not cap it).
+
+Three things the verification does that the model alone would not:
+
+- **float64 throughout.** transformers' RMSNorm casts to float32; the model runs inside
+  ``float64_kept()`` (``attnid.hf.modules``), and the attention through SDPA, whose softmax keeps float64.
+- **padding rows.** ``nn.Embedding(padding_idx=...)`` zeroes that row's gradient although the function reads
+  the row; the verification clears ``padding_idx`` so the Jacobian is the function's.
+- **eps.** A norm's eps > 0 breaks the stream's scale symmetry only by eps / (the norm's input variance):
+  BERT's 1e-12 would leave singular values of about 1e-12, below the zero tolerance. Scaling every norm's
+  input by c turns eps into eps / c^2 with an invertible change of parameters (thm-whole-eps), so every eps > 0
+  has the same generic rank; the verification runs with ``VERIFY_EPS`` in place of any eps > 0, and with 0 for 0.
+
+Inputs reach every token (the first sequences are a shuffled vocabulary), every position (sequences of the
+full learned length, up to ``MAX_LENGTH``) and every token type (drawn at random).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnid.hf.modules import float64_kept
+from attnid.rank import RankDecision, decide_rank
+
+VERIFY_EPS = 1e-3  # any eps > 0 has the same generic rank (thm-whole-eps); this one keeps the broken directions clear
+MAX_LENGTH = 8
+EPS_FIELDS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+MAX_PARAMETERS = 20_000
+MAX_ROWS_PER_PARAMETER = 8  # the rank must settle before the rows reach 8 P, or the check says it did not
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The numeric nullity of a model's Jacobian at one random point."""
+
+    parameters: int
+    nullity: int
+    decision: RankDecision
+    rows: int
+
+
+def _verification_config(data: dict[str, Any]) -> Any:
+    """transformers' configuration for ``data`` with every norm eps > 0 (given or defaulted) set to ``VERIFY_EPS``."""
+    from attnid.hf.whole import transformers_config
+
+    cfg = transformers_config(data)
+    for name in EPS_FIELDS:
+        value = getattr(cfg, name, None)
+        if isinstance(value, (int, float)) and value > 0:
+            setattr(cfg, name, VERIFY_EPS)
+    cfg._attn_implementation = "eager" if data["model_type"] == "gpt2" else "sdpa"
+    return cfg
+
+
+def _is_gain(name: str) -> bool:
+    lowered = name.lower()
+    return name.endswith("weight") and any(w in lowered for w in ("norm", "ln_", "ln.", "layernorm"))
+
+
+def _randomise(model: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) / math.sqrt(p.shape[-1]))
+            elif _is_gain(name):
+                sign = torch.where(torch.rand(p.shape, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+                p.copy_(sign * (0.5 + torch.rand(p.shape, generator=gen, dtype=torch.float64)))
+            else:
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Embedding):
+            module.padding_idx = None
+
+
+def build(data: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, Any]:
+    """(the model ``architectures[0]`` names, in float64 at a random point; its configuration)."""
+    import transformers
+
+    cfg = _verification_config(data)
+    name = (data.get("architectures") or [None])[0]
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"architectures[0] {name!r} is not a transformers class")
+    model = cls(cfg).to(torch.float64).eval()
+    _randomise(model, seed)
+    return model, cfg
+
+
+def _sequences(cfg: Any, length: int, gen: torch.Generator) -> Any:
+    """Input sequences: first a shuffled vocabulary in rows of ``length``, then random ones, forever."""
+    vocab = cfg.vocab_size
+    order = torch.randperm(vocab, generator=gen)
+    cover = math.ceil(vocab / length)
+    types = getattr(cfg, "type_vocab_size", None)
+    i = 0
+    while True:
+        if i < cover:
+            ids = order[torch.arange(i * length, (i + 1) * length) % vocab]
+        else:
+            ids = torch.randint(0, vocab, (length,), generator=gen)
+        tt = torch.randint(0, types, (1, length), generator=gen) if types else None
+        yield ids.view(1, length), tt
+        i += 1
+
+
+def _length(cfg: Any) -> int:
+    learned = getattr(cfg, "n_positions", None) or (getattr(cfg, "max_position_embeddings", None)
+                                                    if cfg.model_type in ("bert", "opt") else None)
+    return min(MAX_LENGTH, learned) if learned else MAX_LENGTH
+
+
+def measure(data: dict[str, Any], *, head: bool, seed: int = 0) -> Measured:
+    """The nullity of the output's float64 Jacobian (logits with ``head``, else the backbone's last hidden state)."""
+    model, cfg = build(data, seed)
+    module = model if head else model.base_model
+    params = dict(module.named_parameters())
+    names, shapes = list(params), [p.shape for p in params.values()]
+    sizes = [p.numel() for p in params.values()]
+    total = sum(sizes)
+    if total > MAX_PARAMETERS:
+        raise ValueError(f"{total:,} parameters: the dense Jacobian is for small configurations "
+                         f"(at most {MAX_PARAMETERS:,})")
+    flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
+
+    def output(x: torch.Tensor, ids: torch.Tensor, tt: torch.Tensor | None) -> torch.Tensor:
+        named = dict(zip(names, (t.view(s) for t, s in zip(torch.split(x, sizes), shapes))))
+        kwargs = {"input_ids": ids} if tt is None else {"input_ids": ids, "token_type_ids": tt}
+        out = torch.func.functional_call(module, named, (), kwargs)
+        return (out.logits if head else out.last_hidden_state).reshape(-1)
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    blocks: list[torch.Tensor] = []
+    rows, target, last = 0, total, None
+    with float64_kept(), warnings.catch_warnings():
+        # torch's vmap falls back to a loop for SDPA's CPU backward: slower, the same numbers
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+        for ids, tt in _sequences(cfg, _length(cfg), gen):
+            blocks.append(torch.func.jacrev(output)(flat, ids, tt).detach())
+            rows += blocks[-1].shape[0]
+            if rows < target:
+                continue
+            if rows > MAX_ROWS_PER_PARAMETER * total:
+                raise ValueError(f"the rank did not settle by {rows:,} Jacobian rows for {total:,} parameters "
+                                 f"(last: rank {last.rank if last else '?'}, clear {last.clear if last else '?'})")
+            jac = torch.cat(blocks)
+            decision = decide_rank(torch.linalg.svdvals(jac), rows, total)
+            if last is not None and decision.rank == last.rank and decision.clear:
+                return Measured(total, decision.nullity, decision, rows)
+            last, target = decision, rows + max(total // 4, 1)
+    raise AssertionError("unreachable")

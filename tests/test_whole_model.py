@@ -1,0 +1,150 @@
+"""The whole-model count (attnid.whole, attnid.hf.whole) against the float64 Jacobian of transformers models.
+
+Each tiny configuration is built by transformers (``attnid.hf.whole_jacobian.measure``) at a random point; the
+nullity of the Jacobian of its last hidden state (base) and of its logits (with the head) must equal the closed
+form, and so must the parameter count, for every family, at eps 0 and at the configuration's own eps.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from attnid import schemas
+from attnid.cli import main
+from attnid.hf.whole import whole_model
+from attnid.hf.whole_jacobian import measure
+
+LLAMA = dict(model_type="llama", vocab_size=12, hidden_size=6, intermediate_size=10, num_hidden_layers=2,
+             num_attention_heads=2, num_key_value_heads=1, head_dim=4, max_position_embeddings=16,
+             architectures=["LlamaForCausalLM"])
+GPT2 = dict(model_type="gpt2", vocab_size=16, n_positions=8, n_embd=8, n_layer=2, n_head=2, n_inner=12,
+            architectures=["GPT2LMHeadModel"])
+BERT = dict(model_type="bert", vocab_size=16, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=12, max_position_embeddings=8, type_vocab_size=2, architectures=["BertForMaskedLM"])
+NEOX = dict(model_type="gpt_neox", vocab_size=12, hidden_size=8, intermediate_size=12, num_hidden_layers=2,
+            num_attention_heads=2, max_position_embeddings=16, rotary_pct=0.5, use_parallel_residual=False,
+            architectures=["GPTNeoXForCausalLM"])
+OPT = dict(model_type="opt", vocab_size=12, hidden_size=8, ffn_dim=12, num_hidden_layers=2, num_attention_heads=2,
+           max_position_embeddings=8, word_embed_proj_dim=8, activation_function="gelu", architectures=["OPTForCausalLM"])
+QWEN2 = dict(model_type="qwen2", vocab_size=12, hidden_size=8, intermediate_size=10, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16, tie_word_embeddings=False,
+             architectures=["Qwen2ForCausalLM"])
+QWEN3 = dict(model_type="qwen3", vocab_size=12, hidden_size=8, intermediate_size=10, num_hidden_layers=2,
+             num_attention_heads=2, num_key_value_heads=1, head_dim=4, max_position_embeddings=16,
+             tie_word_embeddings=False, architectures=["Qwen3ForCausalLM"])
+GEMMA = dict(model_type="gemma", vocab_size=12, hidden_size=8, intermediate_size=10, num_hidden_layers=2,
+             num_attention_heads=2, num_key_value_heads=1, head_dim=4, max_position_embeddings=16,
+             architectures=["GemmaForCausalLM"])
+MISTRAL = dict(model_type="mistral", vocab_size=10, hidden_size=8, intermediate_size=6, num_hidden_layers=1,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=2, max_position_embeddings=16,
+               sliding_window=4, tie_word_embeddings=False, architectures=["MistralForCausalLM"])
+
+CASES = {
+    "llama untied eps 0": {**LLAMA, "rms_norm_eps": 0.0, "tie_word_embeddings": False},
+    "llama tied": {**LLAMA, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},
+    "llama 3 layers mha": {**LLAMA, "num_hidden_layers": 3, "num_key_value_heads": 2, "hidden_size": 8,
+                           "tie_word_embeddings": False},
+    "mistral window": MISTRAL,
+    "qwen2 eps 0": {**QWEN2, "rms_norm_eps": 0.0},
+    "qwen2 tied": {**QWEN2, "tie_word_embeddings": True},
+    "qwen3 eps 0": {**QWEN3, "rms_norm_eps": 0.0},
+    "qwen3": QWEN3,
+    "qwen3 1 layer tied": {**QWEN3, "num_hidden_layers": 1, "tie_word_embeddings": True},
+    "gemma eps 0": {**GEMMA, "rms_norm_eps": 0.0},
+    "gemma": GEMMA,
+    "gemma untied 3 layers": {**GEMMA, "tie_word_embeddings": False, "num_hidden_layers": 3},
+    "gpt2 eps 0": {**GPT2, "layer_norm_epsilon": 0.0},
+    "gpt2": GPT2,
+    "gpt2 1 layer 4 heads": {**GPT2, "n_layer": 1, "n_head": 4, "n_positions": 6},
+    "gpt_neox eps 0": {**NEOX, "layer_norm_eps": 0.0},
+    "gpt_neox tied": {**NEOX, "tie_word_embeddings": True},
+    "gpt_neox 1 layer full rope": {**NEOX, "num_hidden_layers": 1, "rotary_pct": 1.0},
+    "opt eps default": OPT,
+    "opt untied": {**OPT, "tie_word_embeddings": False},
+    "opt 3 layers": {**OPT, "num_hidden_layers": 3, "max_position_embeddings": 6},
+    "bert eps 0": {**BERT, "layer_norm_eps": 0.0},
+    "bert eps 1e-12": {**BERT, "layer_norm_eps": 1e-12},
+    "bert 1 layer 3 types": {**BERT, "num_hidden_layers": 1, "type_vocab_size": 3, "num_attention_heads": 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_closed_form_equals_the_jacobian_nullity(name: str) -> None:
+    data = CASES[name]
+    record = whole_model(data)
+    for key, head in (("base", False), ("whole_model", True)):
+        counted = record[key]
+        assert counted["unidentified"] is not None, counted["note"]
+        measured = measure(data, head=head)
+        assert measured.decision.clear
+        assert (measured.parameters, measured.nullity) == (counted["parameters"], counted["unidentified"]), key
+        assert sum(counted["breakdown"].values()) == counted["unidentified"]
+
+
+def test_the_stream_symmetries_change_the_count_as_the_theory_says() -> None:
+    """eps 0 adds the stream's scale; an untied head adds O(d) and the final gain; a tied one adds nothing."""
+    d = LLAMA["hidden_size"]
+    exact = whole_model({**LLAMA, "rms_norm_eps": 1e-6, "tie_word_embeddings": False})
+    scaled = whole_model({**LLAMA, "rms_norm_eps": 0.0, "tie_word_embeddings": False})
+    tied = whole_model({**LLAMA, "rms_norm_eps": 1e-6, "tie_word_embeddings": True})
+    assert scaled["base"]["unidentified"] == exact["base"]["unidentified"] + 1
+    assert exact["whole_model"]["unidentified"] == exact["base"]["unidentified"] + d * (d - 1) // 2 + d
+    assert tied["whole_model"]["unidentified"] == tied["base"]["unidentified"]
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({**OPT, "activation_function": "relu"}, "ReLU"),
+    ({**NEOX, "use_parallel_residual": True}, "parallel residual"),
+    ({"model_type": "falcon", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1}, "falcon"),
+    ({**OPT, "do_layer_norm_before": False}, "do_layer_norm_before"),
+    ({**BERT, "position_embedding_type": "relative_key"}, "relative"),
+])
+def test_outside_the_theory_is_withheld_with_one_line(data: dict, words: str) -> None:
+    record = whole_model(data)
+    for key in ("whole_model", "base"):
+        assert record[key]["unidentified"] is None and words in record[key]["note"]
+        assert "\n" not in record[key]["note"]
+
+
+def test_a_head_outside_the_theory_keeps_the_base_count() -> None:
+    record = whole_model({**LLAMA, "architectures": ["LlamaForSequenceClassification"]})
+    assert record["whole_model"]["unidentified"] is None and "LlamaForSequenceClassification" in record["whole_model"]["note"]
+    assert record["base"]["unidentified"] == whole_model(LLAMA)["base"]["unidentified"]
+    assert whole_model({k: v for k, v in LLAMA.items() if k != "architectures"})["whole_model"]["unidentified"] is None
+
+
+def test_a_70b_config_counts_in_closed_form(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3-70B's published shape: 70.55 billion parameters, counted without building anything."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+              "intermediate_size": 28672, "num_attention_heads": 64, "num_key_value_heads": 8,
+              "num_hidden_layers": 80, "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+              "max_position_embeddings": 131072, "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["count", "--config", str(path), "--whole-model", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, schemas.CONFIG)
+    d, layers, vocab, width = 8192, 80, 128256, 28672
+    attention = 8192 * (64 + 2 * 8) * 128 + 64 * 128 * 8192
+    assert out["whole_model"]["parameters"] == 2 * vocab * d + layers * (attention + 3 * d * width + 2 * d) + d
+    assert out["whole_model"]["breakdown"]["residual"] == d * (d - 1) // 2
+    assert out["whole_model"]["breakdown"]["mlp"] == layers * width
+    assert out["base"]["breakdown"]["norms"] == layers * 2 * d
+
+
+def test_whole_model_needs_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["count", "--d-model", "8", "--heads", "2", "--whole-model"])
+    assert exc.value.code == 2 and "--whole-model needs --config" in capsys.readouterr().err
+
+
+def test_text_report_names_both_models(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GPT2))
+    assert main(["count", "--config", str(path), "--whole-model"]) == 0
+    out = capsys.readouterr().out
+    assert "whole model (GPT2LMHeadModel): parameters 1,272, unidentified" in out and "base model: parameters" in out
+    assert "all 2 attention layers (attention only" in out
