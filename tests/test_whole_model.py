@@ -68,6 +68,16 @@ CASES = {
     "bert eps 0": {**BERT, "layer_norm_eps": 0.0},
     "bert eps 1e-12": {**BERT, "layer_norm_eps": 1e-12},
     "bert 1 layer 3 types": {**BERT, "num_hidden_layers": 1, "type_vocab_size": 3, "num_attention_heads": 4},
+    "opt relu": {**OPT, "activation_function": "relu"},
+    "opt relu 3 layers d 6": {**OPT, "activation_function": "relu", "num_hidden_layers": 3, "hidden_size": 6,
+                              "word_embed_proj_dim": 6},
+    "gpt2 relu": {**GPT2, "activation_function": "relu"},
+    "bert relu": {**BERT, "hidden_act": "relu", "num_hidden_layers": 1},
+    "gpt_neox parallel": {**NEOX, "use_parallel_residual": True, "vocab_size": 48},
+    "gpt_neox parallel 2 layers tied": {**NEOX, "use_parallel_residual": True, "vocab_size": 40, "tie_word_embeddings": True},
+    "gpt_neox parallel short vocabulary": {**NEOX, "use_parallel_residual": True, "vocab_size": 24, "num_hidden_layers": 1},
+    "gpt_neox parallel short vocabulary eps 0": {**NEOX, "use_parallel_residual": True, "vocab_size": 16,
+                                                 "intermediate_size": 20, "layer_norm_eps": 0.0},
 }
 
 
@@ -96,8 +106,8 @@ def test_the_stream_symmetries_change_the_count_as_the_theory_says() -> None:
 
 
 @pytest.mark.parametrize(("data", "words"), [
-    ({**OPT, "activation_function": "relu"}, "ReLU"),
-    ({**NEOX, "use_parallel_residual": True}, "parallel residual"),
+    ({**OPT, "activation_function": "leaky_relu"}, "leaky_relu"),
+    ({**LLAMA, "hidden_act": "relu"}, "gated"),
     ({"model_type": "falcon", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1}, "falcon"),
     ({**OPT, "do_layer_norm_before": False}, "do_layer_norm_before"),
     ({**BERT, "position_embedding_type": "relative_key"}, "relative"),

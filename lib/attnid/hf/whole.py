@@ -48,7 +48,7 @@ class WholeResult:
         c = self.counted
         return {"architecture": self.architecture, "parameters": c.parameters if c else None,
                 "unidentified": c.unidentified if c else None, "ratio": c.ratio if c else None,
-                "breakdown": dict(c.breakdown) if c else {}, "note": self.note}
+                "breakdown": dict(c.breakdown) if c else {}, "note": self.note or (c.note if c else "")}
 
 
 def transformers_config(data: dict[str, Any]) -> Any:
@@ -88,12 +88,17 @@ def _attention(group: LayerGroup, layer_norm: bool) -> AttentionGroup:
                           spec.heads * spec.v_head_dim, spec.has_bias("o"))
 
 
+# Activations with no continuous symmetry of their own: neither positively homogeneous (ReLU, its leaky and
+# squared forms) nor linear. A plain MLP with one of them has no per-neuron scale; a gated one only up/down.
+SMOOTH = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "quick_gelu", "silu", "swish", "tanh",
+          "sigmoid", "mish")
+
+
 def _mlp_kind(activation: Any, gated: bool) -> str:
-    if gated:
-        return "gated"
-    _require(activation != "relu", "a ReLU MLP (its activation patterns on the inputs add directions the count does not "
-             "yet prove)")
-    return "plain"
+    if activation == "relu" and not gated:
+        return "relu"
+    _require(activation in SMOOTH, f"the activation {activation!r} ({'gated' if gated else 'plain'} MLP)")
+    return "gated" if gated else "plain"
 
 
 def _require(condition: bool, why: str) -> None:
@@ -113,7 +118,8 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     if model_type in RMS_DECODERS:
         groups = tuple(_attention(g, False) for g in counted.groups)
-        mlp = Mlp("gated", cfg.intermediate_size, bool(getattr(cfg, "mlp_bias", False)),
+        activation = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
+        mlp = Mlp(_mlp_kind(activation, True), cfg.intermediate_size, bool(getattr(cfg, "mlp_bias", False)),
                   bool(getattr(cfg, "mlp_bias", False)))
         return WholeLayout(d, layers, (Table("tokens", vocab, vocab),), "rms", "pre", float(cfg.rms_norm_eps),
                            groups, mlp, norm_bias=False, head=Head("lm", tied, False))
@@ -127,11 +133,9 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
                            cfg.n_positions)), "layernorm", "pre", float(cfg.layer_norm_epsilon), groups,
                            Mlp(_mlp_kind(cfg.activation_function, False), width, True, True), head=Head("lm", tied))
     if model_type == "gpt_neox":
-        _require(not cfg.use_parallel_residual, "GPT-NeoX's parallel residual (the first MLP reads only the V token "
-                 "embeddings, so its count depends on V and the width)")
         return WholeLayout(d, layers, (Table("tokens", vocab, vocab),), "layernorm", "pre", float(cfg.layer_norm_eps),
                            groups, Mlp(_mlp_kind(cfg.hidden_act, False), cfg.intermediate_size, True, True),
-                           head=Head("lm", tied))
+                           head=Head("lm", tied), parallel=bool(cfg.use_parallel_residual))
     if model_type == "opt":
         _require(cfg.do_layer_norm_before, "OPT with its LayerNorms after the blocks (do_layer_norm_before false)")
         _require(not getattr(cfg, "_remove_final_layer_norm", False), "OPT without its final LayerNorm")

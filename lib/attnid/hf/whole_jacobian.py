@@ -18,6 +18,11 @@ Three things the verification does that the model alone would not:
   input by c turns eps into eps / c^2 with an invertible change of parameters (thm-whole-eps), so every eps > 0
   has the same generic rank; the verification runs with ``VERIFY_EPS`` in place of any eps > 0, and with 0 for 0.
 
+- **ReLU units switch.** A ReLU unit dead or always on over the inputs adds directions (thm-whole-relu), and a
+  Gaussian draw leaves many such units in a small model. The count holds where every unit switches, so the
+  verification draws its point there: layer by layer, each unit's input bias is moved by minus the median of
+  its pre-activation over a fixed batch, so it is active on about half the inputs.
+
 Inputs reach every token (the first sequences are a shuffled vocabulary), every position (sequences of the
 full learned length, up to ``MAX_LENGTH``) and every token type (drawn at random).
 """
@@ -85,6 +90,28 @@ def _randomise(model: torch.nn.Module, seed: int) -> None:
             module.padding_idx = None
 
 
+# The maps whose outputs a ReLU reads, by model type (a unit's input bias is their bias); BERT's MLM transform too.
+RELU_INPUTS = {"opt": ("fc1",), "gpt2": ("mlp.c_fc",), "gpt_neox": ("mlp.dense_h_to_4h",),
+               "bert": ("intermediate.dense", "predictions.transform.dense")}
+SWITCH_BATCH = 32
+
+
+def _switching(model: torch.nn.Module, cfg: Any, seed: int) -> None:
+    """Move every ReLU unit's input bias so the unit is active on about half of a fixed batch (layer by layer)."""
+    maps = [m for name, m in model.named_modules() if name.endswith(RELU_INPUTS[cfg.model_type])]
+    sequences = _sequences(cfg, _length(cfg), torch.Generator().manual_seed(seed + 2))
+    batch = [next(sequences) for _ in range(SWITCH_BATCH)]
+    for linear in maps:
+        seen: list[torch.Tensor] = []
+        hook = linear.register_forward_hook(lambda _m, _i, out: seen.append(out.detach().reshape(-1, out.shape[-1])))
+        with float64_kept(), torch.no_grad():
+            for ids, tt in batch:
+                model(input_ids=ids, **({} if tt is None else {"token_type_ids": tt}))
+        hook.remove()
+        with torch.no_grad():
+            linear.bias -= torch.cat(seen).median(0).values
+
+
 def build(data: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, Any]:
     """(the model ``architectures[0]`` names, in float64 at a random point; its configuration)."""
     import transformers
@@ -96,6 +123,9 @@ def build(data: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, Any]:
         raise ValueError(f"architectures[0] {name!r} is not a transformers class")
     model = cls(cfg).to(torch.float64).eval()
     _randomise(model, seed)
+    activation = getattr(cfg, "activation_function", None) or getattr(cfg, "hidden_act", None)
+    if activation == "relu":
+        _switching(model, cfg, seed)
     return model, cfg
 
 

@@ -10,7 +10,8 @@ component by component:
   under a LayerNorm, each row's component along the all-ones vector 1 (the norm subtracts the mean);
 - ``attention``: each layer's own orbit (``attnid.families.count``), with the query, key and value
   biases a LayerNorm's shift gives them (its output lies on an affine hyperplane);
-- ``mlp``: per-neuron scalings (up/down of a gated MLP; a smooth plain MLP such as GELU has none);
+- ``mlp``: per-neuron scalings (up/down of a gated MLP, positive scales through ReLU; a smooth plain MLP such
+  as GELU has none);
 - ``norms``: a pre-norm's gain (and LayerNorm shift) traded against the maps that read it, and the
   reader rows' moves along the norm's hyperplane where they have a bias; a post-norm's free shift;
 - ``residual``: the stream's orthogonal change of basis (only when an untied head reads it: a
@@ -32,7 +33,7 @@ from typing import Any
 
 NORMS = ("rms", "layernorm")
 PLACEMENTS = ("pre", "post")
-MLP_KINDS = ("gated", "plain")  # plain: one smooth activation with no scaling symmetry (GELU, SiLU, tanh-GELU)
+MLP_KINDS = ("gated", "relu", "plain")  # plain: one smooth activation with no scaling symmetry (GELU, SiLU, tanh-GELU)
 HEADS = ("none", "lm", "mlm")
 COMPONENTS = ("embeddings", "attention", "mlp", "norms", "residual", "head")
 
@@ -70,7 +71,12 @@ class AttentionGroup:
 
 @dataclass(frozen=True)
 class Mlp:
-    """The MLP of every layer: ``kind`` (gated or plain), hidden ``width``, biases in and out."""
+    """The MLP of every layer: ``kind`` (gated, relu or plain), hidden ``width``, biases in and out.
+
+    A ReLU unit's positive scale is a symmetry everywhere; that it is the only one holds where every unit is
+    active on some inputs and inactive on others (the switching region, open but not dense: a unit that is
+    dead or always on over the inputs adds directions, thm-whole-relu).
+    """
 
     kind: str
     width: int
@@ -87,8 +93,9 @@ class Mlp:
 
     @property
     def neuron_scalings(self) -> int:
-        """Per-neuron scales: up/down of a gated MLP (any activation on the gate); a plain MLP has none."""
-        return self.width if self.kind == "gated" else 0
+        """Per-neuron scales: up/down of a gated MLP (any activation on the gate), ReLU's positive scales; a plain
+        MLP has none."""
+        return self.width if self.kind in ("gated", "relu") else 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class WholeLayout:
     embedding_norm: bool = False
     final_norm: bool = True
     norm_bias: bool = True  # LayerNorm with a shift b (RMSNorm never has one)
+    parallel: bool = False  # attention and MLP read the same stream and write into it together (GPT-NeoX, GPT-J)
     head: Head = field(default_factory=Head)
 
     def __post_init__(self) -> None:
@@ -145,6 +153,7 @@ class WholeCount:
     parameters: int
     unidentified: int
     breakdown: dict[str, int]
+    note: str = ""
 
     @property
     def ratio(self) -> float:
@@ -152,7 +161,7 @@ class WholeCount:
 
     def record(self) -> dict[str, Any]:
         return {"parameters": self.parameters, "unidentified": self.unidentified, "ratio": self.ratio,
-                "breakdown": dict(self.breakdown)}
+                "breakdown": dict(self.breakdown), "note": self.note}
 
 
 def parameters(w: WholeLayout, with_head: bool) -> int:
@@ -191,6 +200,8 @@ def _pre_norm(w: WholeLayout, head: Head, c: Counter) -> None:
     c["norms"] += w.layers * (per_norm + ((w.mlp.reader_rows if w.mlp.bias_in else 0) if ln else 0))
     if ln:
         c["residual"] += w.layers * (w.mlp.width + int(w.mlp.bias_out))
+    if w.parallel:  # b_O and the MLP's output bias land together: only their sum is seen (1 is counted already)
+        c["residual"] += w.layers * (d - 1 if ln else d)
     if w.eps == 0:
         c["residual"] += 1  # the stream's scale
     if head.kind == "lm" and not head.tied:
@@ -211,6 +222,19 @@ def _post_norm(w: WholeLayout, head: Head, c: Counter) -> None:
         c["head"] += 3 * d + d
 
 
+def first_mlp_shortfall(w: WholeLayout) -> int:
+    """A parallel block's first MLP reads only the V token rows: the directions it leaves unseen when V is small.
+
+    The first layer's MLP sees its input only at the V normalised token embeddings, so its function is seen on V
+    points, each giving d - 1 numbers past the mean. Checked numerically (tests/test_whole_model.py), not proved:
+    the stack loses max(0, N - V (d - 1)) more directions, N = m (2d - 1) + d^2 - 1 (conj-whole-parallel).
+    """
+    if not w.parallel:
+        return 0
+    d, m = w.d, w.mlp.width
+    return max(0, m * (2 * d - 1) + d * d - 1 - w.tables[0].reachable * (d - 1))
+
+
 def count(w: WholeLayout, with_head: bool) -> WholeCount:
     """Parameters and unidentified parameters of the stack (``with_head``: of the model with its head)."""
     head = w.head if with_head else Head()
@@ -220,5 +244,9 @@ def count(w: WholeLayout, with_head: bool) -> WholeCount:
     c["attention"] += sum(g.layers * g.unidentified for g in w.attention)
     c["mlp"] += w.layers * w.mlp.neuron_scalings
     (_pre_norm if w.placement == "pre" else _post_norm)(w, head, c)
+    shortfall = first_mlp_shortfall(w)
+    c["mlp"] += shortfall
+    note = (f"includes {shortfall:,} directions of the first MLP, which reads only the {w.vocab:,} token embeddings: "
+            "a count checked numerically, not proved (conj-whole-parallel)") if shortfall else ""
     breakdown = {k: int(c[k]) for k in COMPONENTS}
-    return WholeCount(parameters(w, with_head), sum(breakdown.values()), breakdown)
+    return WholeCount(parameters(w, with_head), sum(breakdown.values()), breakdown, note)
