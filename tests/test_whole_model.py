@@ -119,6 +119,12 @@ def test_outside_the_theory_is_withheld_with_one_line(data: dict, words: str) ->
         assert "\n" not in record[key]["note"]
 
 
+def test_a_short_vocabulary_under_a_tied_parallel_head_is_withheld() -> None:
+    record = whole_model({**NEOX, "use_parallel_residual": True, "vocab_size": 24, "tie_word_embeddings": True})
+    assert record["base"]["unidentified"] is not None and "checked numerically, not proved" in record["base"]["note"]
+    assert record["whole_model"]["unidentified"] is None and "tied head" in record["whole_model"]["note"]
+
+
 def test_a_head_outside_the_theory_keeps_the_base_count() -> None:
     record = whole_model({**LLAMA, "architectures": ["LlamaForSequenceClassification"]})
     assert record["whole_model"]["unidentified"] is None and "LlamaForSequenceClassification" in record["whole_model"]["note"]

@@ -186,5 +186,8 @@ def whole_model(data: dict[str, Any], where: str = "config") -> dict[str, dict[s
         whole = WholeResult(architecture, base.counted) if data["model_type"] != "bert" else WholeResult(
             architecture, None, "BertModel adds a pooler, a second output the theory does not cover")
     else:
-        whole = WholeResult(architecture, count(layout, with_head=True))
+        try:
+            whole = WholeResult(architecture, count(layout, with_head=True))
+        except ValueError as exc:
+            whole = WholeResult(architecture, None, f"{exc}: {OUTSIDE}")
     return {"whole_model": whole.record(), "base": base.record()}

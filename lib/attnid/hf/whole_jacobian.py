@@ -112,8 +112,11 @@ def _switching(model: torch.nn.Module, cfg: Any, seed: int) -> None:
             linear.bias -= torch.cat(seen).median(0).values
 
 
-def build(data: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, Any]:
-    """(the model ``architectures[0]`` names, in float64 at a random point; its configuration)."""
+def build(data: dict[str, Any], seed: int = 0, switching: bool = True) -> tuple[torch.nn.Module, Any]:
+    """(the model ``architectures[0]`` names, in float64 at a random point; its configuration).
+
+    ``switching``: ReLU units are moved into the switching region (module docstring); False keeps the Gaussian draw.
+    """
     import transformers
 
     cfg = _verification_config(data)
@@ -124,7 +127,7 @@ def build(data: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, Any]:
     model = cls(cfg).to(torch.float64).eval()
     _randomise(model, seed)
     activation = getattr(cfg, "activation_function", None) or getattr(cfg, "hidden_act", None)
-    if activation == "relu":
+    if activation == "relu" and switching:
         _switching(model, cfg, seed)
     return model, cfg
 
@@ -152,9 +155,9 @@ def _length(cfg: Any) -> int:
     return min(MAX_LENGTH, learned) if learned else MAX_LENGTH
 
 
-def measure(data: dict[str, Any], *, head: bool, seed: int = 0) -> Measured:
+def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool = True) -> Measured:
     """The nullity of the output's float64 Jacobian (logits with ``head``, else the backbone's last hidden state)."""
-    model, cfg = build(data, seed)
+    model, cfg = build(data, seed, switching)
     module = model if head else model.base_model
     params = dict(module.named_parameters())
     names, shapes = list(params), [p.shape for p in params.values()]

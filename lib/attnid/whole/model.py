@@ -245,6 +245,9 @@ def count(w: WholeLayout, with_head: bool) -> WholeCount:
     c["mlp"] += w.layers * w.mlp.neuron_scalings
     (_pre_norm if w.placement == "pre" else _post_norm)(w, head, c)
     shortfall = first_mlp_shortfall(w)
+    if shortfall and tied:
+        raise ValueError(f"a parallel first MLP on a short vocabulary ({w.vocab:,} tokens) under a tied head: the tied "
+                         "head sees the token table again, and the shortfall is not known there")
     c["mlp"] += shortfall
     note = (f"includes {shortfall:,} directions of the first MLP, which reads only the {w.vocab:,} token embeddings: "
             "a count checked numerically, not proved (conj-whole-parallel)") if shortfall else ""
