@@ -68,6 +68,8 @@ CASES = {
     "bert eps 0": {**BERT, "layer_norm_eps": 0.0},
     "bert eps 1e-12": {**BERT, "layer_norm_eps": 1e-12},
     "bert 1 layer 3 types": {**BERT, "num_hidden_layers": 1, "type_vocab_size": 3, "num_attention_heads": 4},
+    "bert untied": {**BERT, "tie_word_embeddings": False, "num_hidden_layers": 1},
+    "bert relu eps 0": {**BERT, "hidden_act": "relu", "layer_norm_eps": 0.0},
     "opt relu": {**OPT, "activation_function": "relu"},
     "opt relu 3 layers d 6": {**OPT, "activation_function": "relu", "num_hidden_layers": 3, "hidden_size": 6,
                               "word_embed_proj_dim": 6},
@@ -108,6 +110,8 @@ def test_the_stream_symmetries_change_the_count_as_the_theory_says() -> None:
 @pytest.mark.parametrize(("data", "words"), [
     ({**OPT, "activation_function": "leaky_relu"}, "leaky_relu"),
     ({**LLAMA, "hidden_act": "relu"}, "gated"),
+    ({**LLAMA, "vocab_size": 6}, "more tokens than the width"),
+    ({**NEOX, "attention_bias": False}, "biases on every attention projection"),
     ({"model_type": "falcon", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1}, "falcon"),
     ({**OPT, "do_layer_norm_before": False}, "do_layer_norm_before"),
     ({**BERT, "position_embedding_type": "relative_key"}, "relative"),

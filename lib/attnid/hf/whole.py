@@ -115,6 +115,8 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
     if not_attention:
         raise Withheld(f"layers of type {not_attention[0].kind} are not attention: {OUTSIDE}")
     d, layers, vocab = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    _require(vocab > d, f"a token table of {vocab} rows at width {d} (the first layer's readers are free off the "
+             "span of the token rows; the theory needs more tokens than the width)")
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     if model_type in RMS_DECODERS:
         groups = tuple(_attention(g, False) for g in counted.groups)
@@ -125,7 +127,8 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
                            groups, mlp, norm_bias=False, head=Head("lm", tied, False))
     groups = tuple(_attention(g, True) for g in counted.groups)
     for g in groups:
-        _require(g.writer_bias, "a LayerNorm model without an attention output bias")
+        _require(g.writer_bias and g.reader_bias_rows == g.reader_rows,
+                 "a LayerNorm model without biases on every attention projection")
     if model_type == "gpt2":
         _require(not getattr(cfg, "add_cross_attention", False), "GPT-2 with cross-attention")
         width = cfg.n_inner or 4 * d
@@ -150,9 +153,11 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
     _require(not getattr(cfg, "is_decoder", False), "BERT as a decoder")
     tables = (Table("tokens", vocab, vocab), Table("positions", cfg.max_position_embeddings, cfg.max_position_embeddings),
               Table("token types", cfg.type_vocab_size, cfg.type_vocab_size))
+    # transformers' BertLMPredictionHead keeps a bias of its own that the untied decoder never reads
+    head = Head("mlm", tied, True, unused=0 if tied else vocab)
     return WholeLayout(d, layers, tables, "layernorm", "post", float(cfg.layer_norm_eps), groups,
                        Mlp(_mlp_kind(cfg.hidden_act, False), cfg.intermediate_size, True, True), embedding_norm=True,
-                       final_norm=False, head=Head("mlm", tied, True))
+                       final_norm=False, head=head)
 
 
 def head_kind(model_type: str, architecture: str | None) -> str | None:

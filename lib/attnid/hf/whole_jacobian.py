@@ -17,11 +17,15 @@ Three things the verification does that the model alone would not:
   BERT's 1e-12 would leave singular values of about 1e-12, below the zero tolerance. Scaling every norm's
   input by c turns eps into eps / c^2 with an invertible change of parameters (thm-whole-eps), so every eps > 0
   has the same generic rank; the verification runs with ``VERIFY_EPS`` in place of any eps > 0, and with 0 for 0.
+  A norm whose input no such scaling reaches keeps the configuration's own eps (``OWN_EPS``: BERT's masked-LM
+  transform, which reads a GELU); no move of the theory depends on its eps. Through a ReLU the scaling reaches
+  it, and it runs at ``VERIFY_EPS`` like the rest.
 
-- **ReLU units switch.** A ReLU unit dead or always on over the inputs adds directions (thm-whole-relu), and a
+- **ReLU units switch.** A ReLU unit dead or always on over the inputs adds directions (def-whole-generic), and a
   Gaussian draw leaves many such units in a small model. The count holds where every unit switches, so the
-  verification draws its point there: layer by layer, each unit's input bias is moved by minus the median of
-  its pre-activation over a fixed batch, so it is active on about half the inputs.
+  verification draws its point there: layer by layer, each unit's input bias is moved by minus the 30%
+  quantile of its pre-activation over a fixed batch, so it is active on about 70% of the inputs (a ReLU
+  feeding a norm directly, as in BERT's transform, then rarely hands the norm an all-zero vector).
 
 Inputs reach every token (the first sequences are a shuffled vocabulary), every position (sequences of the
 full learned length, up to ``MAX_LENGTH``) and every token type (drawn at random).
@@ -41,6 +45,7 @@ from attnid.rank import RankDecision, decide_rank
 
 VERIFY_EPS = 1e-3  # any eps > 0 has the same generic rank (thm-whole-eps); this one keeps the broken directions clear
 MAX_LENGTH = 8
+OWN_EPS = ("predictions.transform.LayerNorm",)  # norms that keep the configuration's eps (see the docstring)
 EPS_FIELDS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
 MAX_PARAMETERS = 20_000
 MAX_ROWS_PER_PARAMETER = 8  # the rank must settle before the rows reach 8 P, or the check says it did not
@@ -69,6 +74,13 @@ def _verification_config(data: dict[str, Any]) -> Any:
     return cfg
 
 
+def _own_eps(data: dict[str, Any]) -> float:
+    from attnid.hf.whole import transformers_config
+
+    cfg = transformers_config(data)
+    return next((float(getattr(cfg, n)) for n in EPS_FIELDS if isinstance(getattr(cfg, n, None), (int, float))), 0.0)
+
+
 def _is_gain(name: str) -> bool:
     lowered = name.lower()
     return name.endswith("weight") and any(w in lowered for w in ("norm", "ln_", "ln.", "layernorm"))
@@ -94,10 +106,11 @@ def _randomise(model: torch.nn.Module, seed: int) -> None:
 RELU_INPUTS = {"opt": ("fc1",), "gpt2": ("mlp.c_fc",), "gpt_neox": ("mlp.dense_h_to_4h",),
                "bert": ("intermediate.dense", "predictions.transform.dense")}
 SWITCH_BATCH = 32
+SWITCH_QUANTILE = 0.3
 
 
 def _switching(model: torch.nn.Module, cfg: Any, seed: int) -> None:
-    """Move every ReLU unit's input bias so the unit is active on about half of a fixed batch (layer by layer)."""
+    """Move every ReLU unit's input bias so the unit is active on about 70% of a fixed batch (layer by layer)."""
     maps = [m for name, m in model.named_modules() if name.endswith(RELU_INPUTS[cfg.model_type])]
     sequences = _sequences(cfg, _length(cfg), torch.Generator().manual_seed(seed + 2))
     batch = [next(sequences) for _ in range(SWITCH_BATCH)]
@@ -109,7 +122,7 @@ def _switching(model: torch.nn.Module, cfg: Any, seed: int) -> None:
                 model(input_ids=ids, **({} if tt is None else {"token_type_ids": tt}))
         hook.remove()
         with torch.no_grad():
-            linear.bias -= torch.cat(seen).median(0).values
+            linear.bias -= torch.quantile(torch.cat(seen), SWITCH_QUANTILE, dim=0)
 
 
 def build(data: dict[str, Any], seed: int = 0, switching: bool = True) -> tuple[torch.nn.Module, Any]:
@@ -125,8 +138,12 @@ def build(data: dict[str, Any], seed: int = 0, switching: bool = True) -> tuple[
     if cls is None:
         raise ValueError(f"architectures[0] {name!r} is not a transformers class")
     model = cls(cfg).to(torch.float64).eval()
-    _randomise(model, seed)
+    own = _own_eps(data)
     activation = getattr(cfg, "activation_function", None) or getattr(cfg, "hidden_act", None)
+    for module_name, module in model.named_modules():
+        if module_name.endswith(OWN_EPS) and activation != "relu":  # through a ReLU the scaling reaches it
+            module.eps = own
+    _randomise(model, seed)
     if activation == "relu" and switching:
         _switching(model, cfg, seed)
     return model, cfg

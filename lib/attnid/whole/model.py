@@ -21,8 +21,11 @@ component by component:
   table's directions and keeps one gauge when the head has a bias.
 
 All quantities are closed forms in the layout's integers: a 70B configuration counts in microseconds.
-Genericity: the counts hold at every parameter point off a proper algebraic subset, with inputs that
-reach every token, position and token type (chapter "The whole model", def-whole-generic).
+Genericity (chapter "The whole model", def-whole-generic): a parameter point off a closed set of measure
+zero, inputs that reach every token, position and token type, more token rows than the width, and for ReLU
+MLPs a point where every unit switches. That the closed form is the count there is measured, not proved
+(rem-whole-status): every move is proved invisible, their independence and completeness are checked
+against the float64 Jacobian.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class Mlp:
 
     A ReLU unit's positive scale is a symmetry everywhere; that it is the only one holds where every unit is
     active on some inputs and inactive on others (the switching region, open but not dense: a unit that is
-    dead or always on over the inputs adds directions, thm-whole-relu).
+    dead or always on over the inputs adds directions, def-whole-generic).
     """
 
     kind: str
@@ -106,6 +109,7 @@ class Head:
     kind: str = "none"
     tied: bool = False
     bias: bool = False
+    unused: int = 0  # parameters the head's module holds but never reads (all invisible)
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ def parameters(w: WholeLayout, with_head: bool) -> int:
         total += (0 if w.head.tied else w.vocab * d) + (w.vocab if w.head.bias else 0)
     if with_head and w.head.kind == "mlm":
         total += d * d + d + n + (0 if w.head.tied else w.vocab * d) + (w.vocab if w.head.bias else 0)
-    return total
+    return total + (w.head.unused if with_head else 0)
 
 
 def _embeddings(w: WholeLayout, tied: bool, head_bias: bool) -> int:
@@ -213,13 +217,18 @@ def _post_norm(w: WholeLayout, head: Head, c: Counter) -> None:
     d = w.d
     for g in w.attention:  # the norm before each attention: its shift (b_O absorbs it) and the reader rows' moves
         c["norms"] += g.layers * (d + g.reader_bias_rows)
-        c["residual"] += g.layers * (g.writer_columns + 1)
+        c["residual"] += g.layers * (g.writer_columns + int(g.writer_bias))
     c["norms"] += w.layers * (d + (w.mlp.reader_rows if w.mlp.bias_in else 0))  # the norm inside each layer, read by the MLP
-    c["residual"] += w.layers * (w.mlp.width + 1)
+    c["residual"] += w.layers * (w.mlp.width + int(w.mlp.bias_out))
     if w.eps == 0:
         c["residual"] += 1 + 2 * w.layers  # every LayerNorm's input scale
-    if head.kind == "mlm":  # the last norm is read by the transform's dense map (3d), the transform's shift by the decoder's bias
-        c["head"] += 3 * d + d
+    if head.kind == "mlm":
+        # the last norm is read by the transform's dense map with a bias (gain, shift, hyperplane rows: 3d); the
+        # transform's norm is read by the decoder: tied, only its shift (the decoder's bias takes it back); untied,
+        # its gain and shift against the decoder and the decoder's rows along the hyperplane (with its bias)
+        c["head"] += 3 * d + (d if head.tied else 2 * d + (w.vocab if head.bias else 0))
+        if w.eps == 0 and w.mlp.kind == "relu":  # the transform (same activation) scales through ReLU into its norm
+            c["head"] += 1
 
 
 def first_mlp_shortfall(w: WholeLayout) -> int:
@@ -244,6 +253,7 @@ def count(w: WholeLayout, with_head: bool) -> WholeCount:
     c["attention"] += sum(g.layers * g.unidentified for g in w.attention)
     c["mlp"] += w.layers * w.mlp.neuron_scalings
     (_pre_norm if w.placement == "pre" else _post_norm)(w, head, c)
+    c["head"] += head.unused
     shortfall = first_mlp_shortfall(w)
     if shortfall and tied:
         raise ValueError(f"a parallel first MLP on a short vocabulary ({w.vocab:,} tokens) under a tied head: the tied "

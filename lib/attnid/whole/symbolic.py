@@ -70,9 +70,10 @@ def whole_model_identities() -> list[str]:
     g = sp.Matrix(sp.symbols("g0:3", positive=True))
     a = sp.Matrix(sp.symbols("a0:3", positive=True))
     n = sp.Matrix(sp.symbols("n0:3", real=True))
-    moved = w * sp.diag(*a).inv() * sp.matrix_multiply_elementwise(sp.matrix_multiply_elementwise(g, a), n)
-    assert _zero(moved - w * sp.matrix_multiply_elementwise(g, n))
-    checked.append("W diag(a)^-1 ((g a) n) = W (g n)  (gains, move 3)")
+    b = sp.Matrix(sp.symbols("b0:3", real=True))
+    gained = sp.matrix_multiply_elementwise(sp.matrix_multiply_elementwise(g, a), n) + sp.matrix_multiply_elementwise(b, a)
+    assert _zero(w * sp.diag(*a).inv() * gained - w * (sp.matrix_multiply_elementwise(g, n) + b))
+    checked.append("W diag(a)^-1 ((g a) n + b a) = W (g n + b)  (gains and shifts, move 3)")
 
     for rows, d in (((4, 3), 3), ((4, 3, 2), 3), ((5, 2, 2), 4)):
         expected = sum(rows) + (len(rows) - 1) * (d - 1)
