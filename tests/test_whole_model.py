@@ -168,3 +168,54 @@ def test_text_report_names_both_models(tmp_path, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "whole model (GPT2LMHeadModel): parameters 1,272, unidentified" in out and "base model: parameters" in out
     assert "all 2 attention layers (attention only" in out
+
+
+def _tiny_llama_checkpoint(folder, edit=None):
+    import torch
+    import transformers
+
+    from attnid.hf.whole_jacobian import _randomise
+
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                                      num_hidden_layers=2, intermediate_size=12, vocab_size=16,
+                                      max_position_embeddings=32, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    _randomise(model, 0)
+    if edit is not None:
+        with torch.no_grad():
+            edit(model)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_inspect_counts_the_whole_model_at_the_checkpoints_weights(tmp_path) -> None:
+    from attnid.hf.inspect import inspect_checkpoint, inspect_lines
+
+    report = inspect_checkpoint(_tiny_llama_checkpoint(tmp_path / "generic"))
+    jsonschema.validate(json.loads(json.dumps(report)), schemas.INSPECT)
+    generic, point = report["whole_model"], report["whole_model_at_point"]
+    assert generic["unidentified"] is not None and point == {"unidentified": generic["unidentified"], "clear": True,
+                                                             "note": ""}
+    assert any(line.startswith("whole model (LlamaForCausalLM)") for line in inspect_lines(report))
+
+
+def test_a_degenerate_checkpoint_hides_more_at_its_point(tmp_path) -> None:
+    """A final-norm gain of zero hides that coordinate of the last state from the head: the point is not generic."""
+    from attnid.hf.inspect import inspect_checkpoint
+
+    def silence(model) -> None:
+        model.model.norm.weight[0] = 0.0
+
+    report = inspect_checkpoint(_tiny_llama_checkpoint(tmp_path / "degenerate", silence))
+    point = report["whole_model_at_point"]
+    assert point["clear"] and point["unidentified"] > report["whole_model"]["unidentified"]
+
+
+def test_a_large_checkpoint_is_not_decided_at_its_point(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnid.hf import inspect
+
+    monkeypatch.setattr(inspect, "WHOLE_DENSE_LIMIT", 100)
+    report = inspect.inspect_checkpoint(_tiny_llama_checkpoint(tmp_path / "large"))
+    assert report["whole_model_at_point"]["unidentified"] is None
+    assert "at most 100 parameters" in report["whole_model_at_point"]["note"]

@@ -163,6 +163,11 @@ INSPECT = {"$schema": DIALECT, "title": "attnid inspect PATH --json", **_closed(
         "checkpoint": {"type": "string"},
         "format": {"enum": ["safetensors", "gguf"]},
         "model_type": {"type": "string"},
+        "whole_model": {**_WHOLE, "description": "the whole model's closed form at a generic point (chapter 13)"},
+        "whole_model_at_point": _closed("The whole model's Jacobian nullity at the checkpoint's weights.", {
+            "unidentified": {**_INT_OR_NULL, "description": "null: not decided (the note says why)"},
+            "clear": {"type": ["boolean", "null"], "description": "whether the rank rule's gap decided it"},
+            "note": {"type": "string"}}),
         "parameters": _INT,
         "unidentified_generic": _INT_OR_NULL,
         "unidentified_at_point": _INT_OR_NULL,

@@ -4,6 +4,11 @@ For every attention layer: the generic count (the layout's theorem), the count a
 (``attnid.hf.atpoint``: the dense Jacobian on small layers, the at-point theorem's conditions on large
 ones), the dead parameters and what removing them changes, a verdict per head with its margin, and the
 balance figures. Layers are read one at a time (``attnid.hf.checkpoint``).
+
+For the whole model (chapter 13): the closed form at a generic point (``attnid.hf.whole``), and, for a
+safetensors checkpoint of at most ``WHOLE_DENSE_LIMIT`` parameters, the nullity of the float64 Jacobian of
+its output at the checkpoint's own weights and eps (``attnid.hf.whole_jacobian``); a larger one is not
+decided at its point, and the report says so.
 """
 
 from __future__ import annotations
@@ -16,6 +21,44 @@ from tqdm import tqdm
 
 from attnid.hf.atpoint import DENSE_LIMIT, analyse
 from attnid.hf.checkpoint import open_checkpoint
+
+
+WHOLE_DENSE_LIMIT = 20_000  # parameters: the whole model's dense Jacobian takes seconds up to here
+
+
+def whole_at_point(checkpoint: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the whole model's generic record, its count at the checkpoint's weights with the decision's note)."""
+    from attnid.hf.whole import whole_model
+    from attnid.hf.whole_jacobian import measure
+
+    config = dict(checkpoint.config)
+    if checkpoint.format == "gguf" and not config.get("architectures"):
+        config["architectures"] = [_causal_lm(config["model_type"])]  # what transformers builds from a GGUF file
+    records = whole_model(config, str(checkpoint.path))
+    generic = records["whole_model"]
+    if generic["unidentified"] is None and records["base"]["unidentified"] is not None:
+        generic = {**records["base"], "note": f"{generic['note']}; counted for the base model (last hidden state)"}
+    at_point: dict[str, Any] = {"unidentified": None, "clear": None, "note": ""}
+    if generic["unidentified"] is None:
+        at_point["note"] = "withheld at a generic point, so not measured at this one"
+    elif checkpoint.format != "safetensors" or generic["parameters"] > WHOLE_DENSE_LIMIT:
+        at_point["note"] = (f"not decided: the dense Jacobian is for safetensors checkpoints of at most "
+                            f"{WHOLE_DENSE_LIMIT:,} parameters ({generic['parameters']:,} here)")
+    else:
+        head = generic["architecture"] not in (None, "base model") and not generic["architecture"].endswith("Model")
+        try:
+            measured = measure(config, head=head, state=checkpoint.all_tensors())
+        except ValueError as exc:
+            at_point["note"] = f"not decided: {exc}"
+        else:
+            at_point.update(unidentified=measured.nullity, clear=measured.decision.clear)
+    return generic, at_point
+
+
+def _causal_lm(model_type: str) -> str:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, f"{model_type} (no causal-LM class)")
 
 
 def _total(values: list[int | None]) -> int | None:
@@ -39,7 +82,9 @@ def inspect_checkpoint(path: Path | str, *, seed: int = 0, dense_limit: int = DE
     for layer in layers:
         for head in layer["heads"]:
             verdicts[head["verdict"]] = verdicts.get(head["verdict"], 0) + 1
+    whole, whole_point = whole_at_point(checkpoint)
     return {"checkpoint": str(path), "format": checkpoint.format, "model_type": checkpoint.config["model_type"],
+            "whole_model": whole, "whole_model_at_point": whole_point,
             "parameters": sum(layer["parameters"] for layer in layers),
             "unidentified_generic": _total([layer["unidentified_generic"] for layer in layers]),
             "unidentified_at_point": _total([layer["unidentified_at_point"] for layer in layers]),
@@ -72,6 +117,14 @@ def inspect_lines(report: dict[str, Any]) -> list[str]:
     margins = [h["margin"] for layer in report["layers"] for h in layer["heads"] if h["margin"] is not None]
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(report["head_verdicts"].items()))
     lines.append(f"heads: {verdicts}" + (f"; smallest margin {min(margins):.3g}" if margins else ""))
+    whole, point = report["whole_model"], report["whole_model_at_point"]
+    if whole["unidentified"] is None:
+        lines.append(f"whole model: withheld: {whole['note']}")
+    else:
+        at = (_shown(point["unidentified"]) + ("" if point["clear"] else " (rank not clear)")
+              if point["unidentified"] is not None else point["note"])
+        lines.append(f"whole model ({whole['architecture']}): parameters {whole['parameters']:,}, unidentified "
+                     f"{whole['unidentified']:,} at a generic point; at this point: {at}")
     lines.append(f"unidentified: {_shown(report['unidentified_generic'])} at a generic point, "
                  f"{_shown(report['unidentified_at_point'])} at this point; dead: "
                  + (", ".join(f"{k} {n:,}" for k, n in report["dead_parameters"].items()) or "none"))

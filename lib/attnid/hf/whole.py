@@ -165,7 +165,7 @@ def head_kind(model_type: str, architecture: str | None) -> str | None:
     if architecture is None:
         return None
     if model_type == "bert":
-        return {"BertForMaskedLM": "mlm"}.get(architecture)
+        return {"BertForMaskedLM": "mlm", "BertModel": "none"}.get(architecture)
     if architecture.endswith(LM_SUFFIXES):
         return "lm"
     return "none" if architecture.endswith("Model") else None

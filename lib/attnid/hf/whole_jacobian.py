@@ -74,6 +74,31 @@ def _verification_config(data: dict[str, Any]) -> Any:
     return cfg
 
 
+def _own_config(data: dict[str, Any]) -> Any:
+    from attnid.hf.whole import transformers_config
+
+    cfg = transformers_config(data)
+    cfg._attn_implementation = "eager" if data["model_type"] == "gpt2" else "sdpa"
+    return cfg
+
+
+def _load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a checkpoint's tensors (float64); every parameter must come from it (a tied one through its twin)."""
+    missing = [name for name, _ in model.named_parameters() if name not in state]
+    if missing:
+        raise ValueError(f"the checkpoint has no tensor {missing[0]} (and {len(missing) - 1} more missing)"
+                         if len(missing) > 1 else f"the checkpoint has no tensor {missing[0]}")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, p in params.items():
+            if tuple(state[name].shape) != tuple(p.shape):
+                raise ValueError(f"tensor {name}: shape {tuple(state[name].shape)}, the configuration says {tuple(p.shape)}")
+            p.copy_(state[name].to(torch.float64))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Embedding):
+            module.padding_idx = None
+
+
 def _own_eps(data: dict[str, Any]) -> float:
     from attnid.hf.whole import transformers_config
 
@@ -125,19 +150,24 @@ def _switching(model: torch.nn.Module, cfg: Any, seed: int) -> None:
             linear.bias -= torch.quantile(torch.cat(seen), SWITCH_QUANTILE, dim=0)
 
 
-def build(data: dict[str, Any], seed: int = 0, switching: bool = True) -> tuple[torch.nn.Module, Any]:
+def build(data: dict[str, Any], seed: int = 0, switching: bool = True,
+          state: dict[str, torch.Tensor] | None = None) -> tuple[torch.nn.Module, Any]:
     """(the model ``architectures[0]`` names, in float64 at a random point; its configuration).
 
     ``switching``: ReLU units are moved into the switching region (module docstring); False keeps the Gaussian draw.
+    ``state``: a trained checkpoint's tensors instead of a random point; the norms then keep their own eps.
     """
     import transformers
 
-    cfg = _verification_config(data)
+    cfg = _verification_config(data) if state is None else _own_config(data)
     name = (data.get("architectures") or [None])[0]
     cls = getattr(transformers, name, None) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"architectures[0] {name!r} is not a transformers class")
     model = cls(cfg).to(torch.float64).eval()
+    if state is not None:
+        _load(model, state)
+        return model, cfg
     own = _own_eps(data)
     activation = getattr(cfg, "activation_function", None) or getattr(cfg, "hidden_act", None)
     for module_name, module in model.named_modules():
@@ -172,9 +202,13 @@ def _length(cfg: Any) -> int:
     return min(MAX_LENGTH, learned) if learned else MAX_LENGTH
 
 
-def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool = True) -> Measured:
-    """The nullity of the output's float64 Jacobian (logits with ``head``, else the backbone's last hidden state)."""
-    model, cfg = build(data, seed, switching)
+def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool = True,
+            state: dict[str, torch.Tensor] | None = None) -> Measured:
+    """The nullity of the output's float64 Jacobian (logits with ``head``, else the backbone's last hidden state).
+
+    ``state``: at a trained checkpoint's tensors (and its norms' own eps) instead of a random point.
+    """
+    model, cfg = build(data, seed, switching, state)
     module = model if head else model.base_model
     params = dict(module.named_parameters())
     names, shapes = list(params), [p.shape for p in params.values()]
