@@ -23,7 +23,7 @@ from attnid.hf.atpoint import DENSE_LIMIT, analyse
 from attnid.hf.checkpoint import open_checkpoint
 
 
-WHOLE_DENSE_LIMIT = 20_000  # parameters: the whole model's dense Jacobian takes seconds up to here
+WHOLE_DENSE_LIMIT = 2_000  # parameters: the whole model's dense Jacobian (an SVD of about 1.5 P x P) takes seconds up to here
 
 
 def whole_at_point(checkpoint: Any) -> tuple[dict[str, Any], dict[str, Any]]:
