@@ -12,17 +12,6 @@ document.addEventListener("DOMContentLoaded", () => {
   }
 });
 
-// A text output that is prose, not a table, wraps at the column's edge instead of running past it
-// (book.css: .prose-output); a table (two or more lines with columns set apart by runs of spaces) keeps
-// its alignment and scrolls. Lines break only at spaces, never inside a number.
-const TABULAR = /\S {2,}\S/;
-document.addEventListener("DOMContentLoaded", () => {
-  for (const pre of document.querySelectorAll(".bd-article .cell_output pre")) {
-    const lines = pre.textContent.split("\n").filter(line => line.trim());
-    if (lines.filter(line => TABULAR.test(line.trim())).length < 2) pre.classList.add("prose-output");
-  }
-});
-
 // A number in a table never breaks inside itself (a browser would break "7.9e-02" after its minus sign):
 // each number with a sign or an exponent is kept whole (span.nobreak, book.css), while the cell may still
 // wrap between numbers and words. Code (paths, hashes) is left alone.

@@ -140,6 +140,17 @@ def test_from_hf_config_v2_lite_and_kimi_text_config() -> None:
     assert "model_type" in ignored and "text_config.n_routed_experts" in ignored
 
 
+def test_from_hf_config_reads_widths_written_as_integral_floats() -> None:
+    """Some JSON writers give 7168 as 7168.0: the reader takes it (inside a text_config too); 4096.5 stays an error."""
+    lite = {"hidden_size": 2048.0, "num_attention_heads": 16.0, "num_key_value_heads": 16.0, "q_lora_rank": None,
+            "kv_lora_rank": 512.0, "qk_nope_head_dim": 128.0, "qk_rope_head_dim": 64.0, "v_head_dim": 128.0}
+    spec, _ = mla.MLASpec.from_hf_config({"text_config": lite})
+    assert (spec.d_model, spec.heads, spec.kv_lora_rank, spec.v_head_dim) == (2048, 16, 512, 128)
+    assert all(type(getattr(spec, f)) is int for f in ("d_model", "heads", "kv_lora_rank", "qk_rope_head_dim"))
+    with pytest.raises(TypeError, match="d_model must be an integer"):
+        mla.MLASpec.from_hf_config({**lite, "hidden_size": 2048.5})
+
+
 @pytest.mark.parametrize(
     ("fields", "error", "message"),
     [

@@ -61,6 +61,15 @@ def test_the_masks_hide_exactly_the_keys_their_rules_name() -> None:
     assert additive.dtype == torch.float32 and additive.tolist() == [[0, -math.inf, -math.inf], [0, 0, -math.inf], [0, 0, 0]]
 
 
+def test_a_rectangular_causal_mask_aligns_the_queries_to_the_end_of_the_keys() -> None:
+    """3 new queries after 4 cached keys: query i sits at position i + 4 and sees keys 0..i + 4."""
+    mask = causal_mask(3, "cpu", 7)
+    assert mask.shape == (3, 7)
+    assert [[bool(mask[i, j]) for j in range(7)] for i in range(3)] == [[j > i + 4 for j in range(7)] for i in range(3)]
+    weights = attention_weights(torch.zeros(3, 7), norm="softmax", causal=True)
+    assert torch.equal(weights[0, :5], torch.full((5,), 0.2)) and torch.equal(weights[2], torch.full((7,), 1 / 7))
+
+
 def test_attention_weights_follow_their_formulas() -> None:
     s = torch.randn(2, 5, 5, generator=GEN, dtype=torch.float64)
     sink = torch.tensor([0.3, -1.2], dtype=torch.float64)

@@ -65,6 +65,13 @@ def shown_path(path: object, limit: int = 160) -> str:
     return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2 - 3):]}"
 
 
+def json_integer(value: Any) -> Any:
+    """An integer as a JSON writer may give it: an integral float (7168.0) as that int; any other value unchanged."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    return value
+
+
 def format_number(value: float) -> str:
     """A range end for a message: 1e12 as 1e12, 1 + 1e-6 as 1 + 1e-6, 1,000,000 with separators."""
     if value == MIN_ROPE_BASE:

@@ -21,9 +21,14 @@ import torch
 NORMS: tuple[str, ...] = ("softmax", "sink", "sigmoid")
 
 
-def causal_mask(n: int, device: torch.device | str) -> torch.Tensor:
-    """(n, n) boolean, True above the diagonal: the keys j > i that row i may not see."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+def causal_mask(n: int, device: torch.device | str, n_keys: int | None = None) -> torch.Tensor:
+    """(n, n_keys) boolean, True where query i may not look: keys j > i + (n_keys - n).
+
+    The queries are aligned to the end of the keys (the last query sees every key), as when n new tokens
+    follow n_keys - n cached ones; ``n_keys`` defaults to n, the square mask above the diagonal.
+    """
+    n_keys = n if n_keys is None else n_keys
+    return torch.ones(n, n_keys, dtype=torch.bool, device=device).triu(1 + n_keys - n)
 
 
 def window_mask(n: int, window: int, device: torch.device | str) -> torch.Tensor:
@@ -50,8 +55,9 @@ def rms_normalise(z: torch.Tensor, eps: float, dims: int | tuple[int, ...] = -1)
 
 def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: torch.Tensor | None = None,
                       window: int | None = None, chunk: int | None = None) -> torch.Tensor:
-    """Scores (..., n, n) -> weights of the same shape.
+    """Scores (..., n, n_keys) -> weights of the same shape.
 
+    A causal mask on rectangular scores aligns the queries to the end of the keys (``causal_mask``).
     ``sink`` holds one logit per score matrix, broadcastable to ``scores.shape[:-2]`` (for
     scores (..., H, n, n) a tensor of shape (H,)); with ``norm='sink'`` and no sink the logit is 0.
     ``window`` (with ``causal``): row i sees only the keys i - window < j <= i; ``chunk`` (with
@@ -66,7 +72,7 @@ def attention_weights(scores: torch.Tensor, *, norm: str, causal: bool, sink: to
     elif chunk is not None:
         mask = chunk_mask(scores.shape[-1], chunk, scores.device)
     else:
-        mask = causal_mask(scores.shape[-1], scores.device) if causal else None
+        mask = causal_mask(scores.shape[-2], scores.device, scores.shape[-1]) if causal else None
     if norm == "sigmoid":
         weights = torch.sigmoid(scores)
         return weights.masked_fill(mask, 0.0) if mask is not None else weights

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from attnid.train.stats import PairedSummary, paired_summary, round_up
+from attnid.train.stats import PairedSummary, group_by, paired_summary, round_up
 
 from attnbook.tables import markdown_table
 
@@ -36,14 +36,6 @@ Problem = tuple[str, str]             # (task, layout)
 def column(rows: Sequence[Row], name: str) -> np.ndarray:
     """One numeric column of a list of CSV rows."""
     return np.array([float(r[name]) for r in rows])
-
-
-def group_by(table: Sequence[Row], fields: Sequence[str], order: str = "seed") -> dict[tuple[str, ...], list[Row]]:
-    """The rows grouped by ``fields`` (in order of first appearance), each group sorted by the integer column ``order``."""
-    groups: dict[tuple[str, ...], list[Row]] = {}
-    for r in table:
-        groups.setdefault(tuple(r[f] for f in fields), []).append(r)
-    return {k: sorted(v, key=lambda r: int(r[order])) for k, v in groups.items()}
 
 
 def group_runs(table: Sequence[Row]) -> dict[Key, list[Row]]:

@@ -254,22 +254,6 @@ WRAPPERS.update({"gemma3": "text_config", "llama4": "text_config", "kimi_k25": "
 # ------------------------------------------------------------------------------------------------
 
 
-MLA_WIDTHS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "q_lora_rank",
-              "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-
-
-def _integral_widths(raw: dict[str, Any]) -> dict[str, Any]:
-    """The config with each latent-attention width written as an integral float (7168.0, as some JSON writers do)
-    made an int, as ``Config.integer`` accepts it for every other model type; in a ``text_config`` too."""
-    def fix(key: str, value: Any) -> Any:
-        if key == "text_config" and isinstance(value, dict):
-            return _integral_widths(value)
-        if key in MLA_WIDTHS and isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-            return int(value)
-        return value
-    return {key: fix(key, value) for key, value in raw.items()}
-
-
 def map_mla(cfg: Config) -> list[LayerGroup]:
     """DeepSeek-V2/V3, Kimi K2: multi-head latent attention in every layer, read and counted by ``attnid.families.mla``.
 
@@ -277,7 +261,7 @@ def map_mla(cfg: Config) -> list[LayerGroup]:
     of those, the fields that look like attention settings are listed as ignored here.
     """
     layers = cfg.layers()
-    spec, unread = families.family_named("latent").from_hf_config(_integral_widths(cfg.raw))  # type: ignore[misc]
+    spec, unread = families.family_named("latent").from_hf_config(cfg.raw)  # type: ignore[misc]
     cfg.mark_read(*cfg.raw)
     for name, why in unread.items():
         if any(word in name.lower() for word in ATTENTION_WORDS) and name not in SILENT and name != "num_hidden_layers":

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnid.fields import FIELDS
+from attnid.fields import FIELDS, json_integer
 from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
 from attnid.spec import AttentionSpec
 
@@ -106,10 +106,8 @@ class Config:
             if default is None:
                 raise self._fail(name, "is missing, and this model type has no default for it")
             return default
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
         try:
-            return FIELDS[CONFIG_FIELDS.get(name, "positive_integer")].check(value, _shown)
+            return FIELDS[CONFIG_FIELDS.get(name, "positive_integer")].check(json_integer(value), _shown)
         except (TypeError, ValueError) as exc:
             raise self._fail(name, str(exc)) from None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from attnid.normalise import attention_weights
+from attnid.normalise import attention_weights, causal_mask
 from attnid.rope import apply_rope
 
 
@@ -37,9 +37,6 @@ def reference_attention(
     # (B, G, H/G, N, D): the query heads of one group side by side, broadcast against their k/v head.
     q = q.reshape(batch, kv_heads, heads // kv_heads, n, d)
     scores = q @ k[:, :, None].transpose(-1, -2) * scale
-    if causal and shift:  # the mask aligned to the end: key j is hidden from query i when j > i + shift
-        hidden = torch.ones(n, n_k, dtype=torch.bool, device=q.device).triu(1 + shift)
-        scores = scores.masked_fill(hidden, float("-inf"))
     if mask is not None:  # (B, H, N_q, N_k) -> (B, G, H/G, N_q, N_k), like the scores
         full = mask.expand(batch, heads, n, n_k).reshape(batch, kv_heads, heads // kv_heads, n, n_k)
         scores = scores.masked_fill(~full, float("-inf")) if full.dtype == torch.bool else scores + full.to(work)
@@ -49,13 +46,12 @@ def reference_attention(
     empty = None
     if sink is None and (mask is not None or key_lengths is not None):
         visible_any = ~torch.isneginf(scores)
-        if causal and not shift:
-            visible_any = visible_any & ~torch.ones(n, n_k, dtype=torch.bool, device=q.device).triu(1)
+        if causal:  # the causal mask is applied by attention_weights, aligned to the end of the keys
+            visible_any = visible_any & ~causal_mask(n, q.device, n_k)
         empty = ~visible_any.any(-1, keepdim=True)  # a row that sees nothing: zeros, and no NaN in its gradient
         scores = scores.masked_fill(empty, 0.0)
     logits = None if sink is None else sink.to(work).reshape(kv_heads, heads // kv_heads)
-    weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal and not shift,
-                                sink=logits)
+    weights = attention_weights(scores, norm="softmax" if sink is None else "sink", causal=causal, sink=logits)
     if empty is not None:
         weights = weights.masked_fill(empty, 0.0)
     out = weights @ v[:, :, None]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from attnid.train import training as T
+from attnid.train.stats import group_by
 from attnid.spec import AttentionSpec
 
 SPIKE = 1.5        # a run whose loss ever exceeds this multiple of its first loss is unstable
@@ -85,10 +86,8 @@ def run(task: RunTask) -> list[Any]:
 
 def group_runs(table: Iterable[Row]) -> dict[Key, list[Row]]:
     """The rows of a runs table by (imbalance, optimiser, lr, variant), each list sorted by seed."""
-    runs: dict[Key, list[Row]] = {}
-    for r in table:
-        runs.setdefault((float(r["imbalance"]), r["optimiser"], float(r["lr"]), r["variant"]), []).append(r)
-    return {k: sorted(v, key=lambda r: int(r["seed"])) for k, v in runs.items()}
+    return {(float(i), o, float(lr), v): rows
+            for (i, o, lr, v), rows in group_by(table, ("imbalance", "optimiser", "lr", "variant")).items()}
 
 
 def is_unstable(row: Row, spike: float = SPIKE) -> bool:

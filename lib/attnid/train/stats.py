@@ -12,10 +12,21 @@ E[share] = Gamma((u+1)/2) Gamma(P/2) / (Gamma(u/2) Gamma((P+1)/2)).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+Row = Mapping[str, str]
+
+
+def group_by(table: Iterable[Row], fields: Sequence[str], order: str = "seed") -> dict[tuple[str, ...], list[Row]]:
+    """The rows of a CSV table grouped by ``fields`` (in order of first appearance), each group sorted by the
+    integer column ``order``: the seeds a paired comparison is taken over."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for r in table:
+        groups.setdefault(tuple(r[f] for f in fields), []).append(r)
+    return {k: sorted(v, key=lambda r: int(r[order])) for k, v in groups.items()}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from attnid.fields import check
+from attnid.fields import check, json_integer
 from attnid.spec import format_base
 
 # transformers builds q_a_layernorm and kv_a_layernorm as DeepseekV3RMSNorm(width), whose eps defaults to 1e-6;
@@ -17,6 +17,7 @@ HF_LATENT_NORM_EPS: float = 1e-6
 # config.json keys that from_hf_config reads (everything else is returned as ignored, with the reason).
 CONFIG_KEYS_READ = ("hidden_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
            "qk_rope_head_dim", "v_head_dim")
+_WIDTH_KEYS = (*CONFIG_KEYS_READ, "num_key_value_heads")  # a width written 7168.0 is read as 7168
 _IGNORED_WHY = {
     "num_key_value_heads": "equals num_attention_heads: MLA builds one key and value per head from the shared latent",
     "attention_bias": "false: no projection biases, as in the reference layer",
@@ -109,6 +110,7 @@ class MLASpec:
             ignored_prefix = "text_config."
         else:
             ignored_prefix = ""
+        cfg = {key: json_integer(value) if key in _WIDTH_KEYS else value for key, value in cfg.items()}
         missing = [k for k in CONFIG_KEYS_READ if k not in cfg and k != "q_lora_rank"]
         if missing:
             raise ValueError(f"not a multi-head latent attention config: missing {', '.join(missing)}")
