@@ -226,6 +226,12 @@ def _with_moves(params: Params, spec: AttentionSpec, input_null: torch.Tensor | 
     return SpanFamily(stack(columns, params)), parts
 
 
+def model_family(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
+                 output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> SpanFamily:
+    """The orbit's directions and the model's moves as one ``SpanFamily``: its ``basis()`` spans all the layer cannot see."""
+    return _with_moves(params, spec, input_null, output_null, normal)[0]
+
+
 def model_dimensions(params: Params, spec: AttentionSpec, input_null: torch.Tensor | None = None,
                      output_null: torch.Tensor | None = None, normal: torch.Tensor | None = None) -> dict[str, int]:
     """u per part: 'orbit' (the layer's own), 'input', 'output', 'affine' (the model's moves alone) and 'model' (all)."""

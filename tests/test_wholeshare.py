@@ -1,0 +1,83 @@
+"""The whole-model span of the real-text model (attnid.train.wholeshare) against the float64 Jacobian: its dimension is
+the nullity of the log-probabilities as a function of every parameter, and the shares behave as projections."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import jacfwd
+
+from attnid.jacobian import flatten, unflatten
+from attnid.rank import numerical_rank
+from attnid.train import textmodel as tm
+from attnid.train import textsym as ts
+from attnid.train import wholeshare as ws
+from attnid.train.residual import rotate_residual, rotation_dimension
+
+SPECS = {"rope": tm.TextModelSpec.create(layers=2, d_model=8, heads=2, kv_heads=1, rope_fraction=0.5, seq_len=6),
+         "positions": tm.TextModelSpec.create(layers=2, d_model=8, heads=2, rope_fraction=0.0, bias="qk", seq_len=6)}
+
+
+def _small_copy(spec: tm.TextModelSpec, seed: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A float64 point of a copy small enough for a full Jacobian, and inputs that see every direction of it.
+
+    The inputs are 80 windows over an alphabet of 12 bytes; the token table keeps those 12 rows and the
+    unembedding 16 of its 256 columns (a 16-way output). A row no input holds would only add its own d
+    directions (the data's to count, not the model's); each token shows the rest of the model at most d - 1
+    independent directions (its normed state), so there must be enough tokens."""
+    params = tm.init_model(spec, torch.Generator().manual_seed(seed), torch.float64)
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, 12, (80, spec.seq_len), generator=gen)
+    return dict(params, embed=params["embed"][:12], unembed=params["unembed"][:, :16]), tokens
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_the_span_is_the_null_space_of_the_whole_models_jacobian(kind: str) -> None:
+    spec = SPECS[kind]
+    params, tokens = _small_copy(spec, 3)
+    span = ws.whole_span(params, spec)
+    jac = jacfwd(lambda flat: torch.log_softmax(tm.logits(unflatten(flat, params), tokens, spec), -1).reshape(-1))(
+        flatten(params))
+    assert span.dimension == jac.shape[1] - numerical_rank(torch.linalg.svdvals(jac))
+    assert span.parameters == jac.shape[1]
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_the_full_size_span_is_the_blocks_directions_and_the_rotations(kind: str) -> None:
+    spec = SPECS[kind]
+    params = tm.init_model(spec, torch.Generator().manual_seed(5), torch.float64)
+    per_layer = sum(ts.share_dimensions(tm.layer_attention(params, layer), spec)[0]["model"] for layer in range(2))
+    outside = sum(ts.outside_attention_dimensions(spec).values())
+    span = ws.whole_span(params, spec)
+    assert span.local_dimension == per_layer + outside
+    assert span.dimension == per_layer + outside + rotation_dimension(spec.d_model)
+
+
+def test_shares_of_a_rotation_a_gradient_and_a_random_update() -> None:
+    spec = SPECS["rope"]
+    params = tm.init_model(spec, torch.Generator().manual_seed(0), torch.float64)
+    span = ws.whole_span(params, spec)
+    gen = torch.Generator().manual_seed(1)
+    skew = torch.randn(spec.d_model - 1, spec.d_model - 1, generator=gen, dtype=torch.float64)
+    turn = torch.linalg.matrix_exp(1e-7 * span.complement @ (skew - skew.T) @ span.complement.T)
+    turned = rotate_residual(params, turn)
+    along = ws.whole_share({n: turned[n] - params[n] for n in params}, span)
+    assert along["whole"] > 1 - 1e-6 and along["blocks"] < 0.5  # the rotation lies in E, not in the blocks' span
+    point = {n: p.clone().requires_grad_() for n, p in params.items()}
+    tokens = torch.randint(0, tm.VOCAB, (4, spec.seq_len), generator=gen)
+    torch.log_softmax(tm.logits(point, tokens, spec), -1).sum().backward()  # a float64 loss: cross-entropy's form
+    assert ws.whole_share({n: p.grad for n, p in point.items()}, span)["whole"] < 1e-12
+    shares = [ws.whole_share({n: torch.randn(p.shape, generator=gen, dtype=torch.float64) for n, p in params.items()},
+                             span)["whole"] ** 2 for _ in range(40)]
+    chance = span.dimension / span.parameters  # E[share^2] of an isotropic update
+    assert abs(sum(shares) / len(shares) - chance) < 0.2 * chance
+
+
+def test_a_zero_update_and_an_unknown_parameter_are_refused() -> None:
+    spec = SPECS["rope"]
+    params = tm.init_model(spec, torch.Generator().manual_seed(0), torch.float64)
+    span = ws.whole_span(params, spec)
+    with pytest.raises(ValueError, match="the update is zero"):
+        ws.whole_share({n: torch.zeros_like(p) for n, p in params.items()}, span)
+    with pytest.raises(ValueError, match="does not know the parameter"):
+        ws.whole_span(dict(params, **{"layer0.attn.sink": torch.zeros(2)}), spec)
