@@ -3,6 +3,8 @@ the nullity of the log-probabilities as a function of every parameter, and the s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.func import jacfwd
@@ -35,7 +37,7 @@ def _small_copy(spec: tm.TextModelSpec, seed: int) -> tuple[dict[str, torch.Tens
 def test_the_span_is_the_null_space_of_the_whole_models_jacobian(kind: str) -> None:
     spec = SPECS[kind]
     params, tokens = _small_copy(spec, 3)
-    span = ws.whole_span(params, spec)
+    span = ws.whole_span(params, spec.attention)
     jac = jacfwd(lambda flat: torch.log_softmax(tm.logits(unflatten(flat, params), tokens, spec), -1).reshape(-1))(
         flatten(params))
     assert span.dimension == jac.shape[1] - numerical_rank(torch.linalg.svdvals(jac))
@@ -48,7 +50,7 @@ def test_the_full_size_span_is_the_blocks_directions_and_the_rotations(kind: str
     params = tm.init_model(spec, torch.Generator().manual_seed(5), torch.float64)
     per_layer = sum(ts.share_dimensions(tm.layer_attention(params, layer), spec)[0]["model"] for layer in range(2))
     outside = sum(ts.outside_attention_dimensions(spec).values())
-    span = ws.whole_span(params, spec)
+    span = ws.whole_span(params, spec.attention)
     assert span.local_dimension == per_layer + outside
     assert span.dimension == per_layer + outside + rotation_dimension(spec.d_model)
 
@@ -56,7 +58,7 @@ def test_the_full_size_span_is_the_blocks_directions_and_the_rotations(kind: str
 def test_shares_of_a_rotation_a_gradient_and_a_random_update() -> None:
     spec = SPECS["rope"]
     params = tm.init_model(spec, torch.Generator().manual_seed(0), torch.float64)
-    span = ws.whole_span(params, spec)
+    span = ws.whole_span(params, spec.attention)
     gen = torch.Generator().manual_seed(1)
     skew = torch.randn(spec.d_model - 1, spec.d_model - 1, generator=gen, dtype=torch.float64)
     turn = torch.linalg.matrix_exp(1e-7 * span.complement @ (skew - skew.T) @ span.complement.T)
@@ -76,8 +78,39 @@ def test_shares_of_a_rotation_a_gradient_and_a_random_update() -> None:
 def test_a_zero_update_and_an_unknown_parameter_are_refused() -> None:
     spec = SPECS["rope"]
     params = tm.init_model(spec, torch.Generator().manual_seed(0), torch.float64)
-    span = ws.whole_span(params, spec)
+    span = ws.whole_span(params, spec.attention)
     with pytest.raises(ValueError, match="the update is zero"):
         ws.whole_share({n: torch.zeros_like(p) for n, p in params.items()}, span)
     with pytest.raises(ValueError, match="does not know the parameter"):
-        ws.whole_span(dict(params, **{"layer0.attn.sink": torch.zeros(2)}), spec)
+        ws.whole_span(dict(params, **{"layer0.attn.sink": torch.zeros(2)}), spec.attention)
+
+
+def test_training_records_the_whole_share_zero_for_gradient_descent_and_not_for_adamw() -> None:
+    spec = SPECS["rope"]
+    data = torch.randint(0, tm.VOCAB, (4096,), generator=torch.Generator().manual_seed(2), dtype=torch.uint8)
+    val = tm.fixed_batches(data, 4, spec.seq_len)
+    runs = {opt: tm.train_text(spec, data, val, seed=0, steps=4, batch=4, optimiser=opt, lr=0.05, dtype=torch.float64,
+                               whole_every=2, eval_every=4) for opt in ("sgd", "adamw")}
+    assert [step for step, _ in runs["sgd"].whole] == [0, 2]
+    assert all(s["whole"] < 1e-6 for _, s in runs["sgd"].whole)  # the loss is evaluated in float32: its round-off
+    assert all(0.05 < s["blocks"] <= s["whole"] < 1 for _, s in runs["adamw"].whole)
+    with pytest.raises(ValueError, match="whole_every >= 0"):
+        tm.train_text(spec, data, val, seed=0, steps=1, batch=1, whole_every=-1)
+
+
+def test_the_whole_share_experiment_trains_the_real_text_experiments_model() -> None:
+    """experiments/real_text_whole.ipynb repeats the settings of experiments/real_text.ipynb: the two must not drift."""
+    import nbformat
+
+    def parameters(name: str) -> dict:
+        nb = nbformat.read(Path(__file__).resolve().parents[1] / "experiments" / f"{name}.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        values: dict = {}
+        exec(cell.source, {}, values)  # the cell assigns literals only
+        return values
+
+    real, whole = parameters("real_text"), parameters("real_text_whole")
+    shared = ("SEEDS", "DTYPE", "CORPUS_PACKAGE", "CORPUS_VERSION", "CORPUS_SHA256", "LAYERS", "D_MODEL", "HEADS",
+              "KV_HEADS", "ROPE_FRACTION", "BIAS", "SEQ_LEN", "BATCH", "STEPS", "OPTIMISER", "LR", "WEIGHT_DECAY",
+              "CONTROL_OPTIMISER", "CONTROL_LR", "VAL_WINDOWS")
+    assert {k: whole[k] for k in shared} == {k: real[k] for k in shared}

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from attnid.train import modelsym
+from attnid.train import modelsym, wholeshare
 from attnid import balancing as bal
 from attnid.layer import forward as attention_forward
 from attnid.layer import init_params as attention_init
@@ -282,6 +282,7 @@ class TextHistory:
     # (step, layer, ||dC_QK||, ||dC_VO||, ||(dGram_Q, dGram_K)||, ||(dGram_V, dGram_O)||, then the same four
     # with d X = X(t) - s X(0), s = (1 - lr wd)^(2t) the factor AdamW's decay alone gives), over the squared norm at step 0
     dead: list[tuple[int, int, str, float, float, float]] = field(default_factory=list)
+    whole: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, attnid.train.wholeshare.whole_share)
     # (step, layer, part of dead_parts, ||b(t) - b(0)|| / ||b(0)||, ||b(t) - decay^t b(0)|| / ||b(0)||, rms per-step move / lr)
 
 
@@ -315,7 +316,7 @@ def train_text(
     seed: int, steps: int, batch: int, optimiser: str = "adamw", lr: float = 3e-3, weight_decay: float = 0.0,
     dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", rebalance: str = "none",
     balance_every: int = 50, measure_every: int = 0, shares_every: int = 0, eval_every: int = 50, progress: bool = False,
-    gradient: str = "loss",
+    gradient: str = "loss", whole_every: int = 0,
 ) -> TextHistory:
     """Train from ``init_model(seed)`` on random windows drawn with the same seed; see the module docstring.
 
@@ -331,15 +332,18 @@ def train_text(
     gradient: 'loss' (the training loss's gradient) or 'random' (every parameter's gradient
     replaced by an isotropic standard normal vector from a generator seeded with ``seed``: the
     same optimiser fed noise, the chance baseline of the shares; the loss is still recorded).
+    whole_every: every so many steps (0: never) the share of that step's update of every parameter in the
+    span of everything the whole model cannot see (``attnid.train.wholeshare``).
     """
     seed = check_seed(seed)
     if gradient not in GRADIENTS:
         raise ValueError(f"gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if rebalance not in REBALANCING:
         raise ValueError(f"rebalance must be one of {', '.join(REBALANCING)}; got {rebalance!r}")
-    if min(steps, batch, balance_every, eval_every) < 1 or min(measure_every, shares_every) < 0:
-        raise ValueError(f"steps, batch, balance_every, eval_every must be >= 1, measure_every and shares_every >= 0; "
-                         f"got {steps}, {batch}, {balance_every}, {eval_every}, {measure_every}, {shares_every}")
+    if min(steps, batch, balance_every, eval_every) < 1 or min(measure_every, shares_every, whole_every) < 0:
+        raise ValueError(f"steps, batch, balance_every, eval_every must be >= 1, measure_every, shares_every and "
+                         f"whole_every >= 0; got {steps}, {batch}, {balance_every}, {eval_every}, {measure_every}, "
+                         f"{shares_every}, {whole_every}")
     gen = torch.Generator().manual_seed(seed)
     params = {n: p.requires_grad_() for n, p in init_model(spec, gen, dtype, device).items()}
     opt = make_optimiser(optimiser, list(params.values()), lr, weight_decay)
@@ -372,7 +376,14 @@ def train_text(
         measure = bool(measure_every) and step % measure_every == 0
         shares = bool(shares_every) and step % shares_every == 0
         before = [f() for f in as64] if measure or shares else None
+        whole = bool(whole_every) and step % whole_every == 0
+        if whole:
+            whole_before = {n: p.detach().to("cpu", torch.float64, copy=True) for n, p in params.items()}
+            span = wholeshare.whole_span(whole_before, spec.attention)
         opt.step()
+        if whole:
+            history.whole.append((step, wholeshare.whole_share(
+                {n: p.detach().to("cpu", torch.float64) - whole_before[n] for n, p in params.items()}, span)))
         with torch.no_grad():
             for layer, f in enumerate(as64 if measure or shares else []):
                 now = f()

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 import torch
 
 from attnid.rank import DEFAULT_ZERO_TOL, numerical_rank
-from attnid.spec import Params
+from attnid.spec import AttentionSpec, Params
 from attnid.train import modelsym
 from attnid.train.residual import INSIDE, READS, WRITES
-from attnid.train.textmodel import TextModelSpec, attention_prefix, invariant_subspaces, layer_attention
 
 
 @dataclass(frozen=True)
@@ -130,10 +129,15 @@ def _unit_columns(d: int, other: int, along_rows: bool, dtype: torch.dtype) -> t
     return basis.reshape(d * other, other)
 
 
-def _local_blocks(params: dict[str, torch.Tensor], spec: TextModelSpec,
+def _attention_layers(params: Params) -> list[str]:
+    """The prefixes "layer<i>.attn." of the model's attention layers, in order."""
+    return list(dict.fromkeys(n[: n.index(".attn.") + 6] for n in params if ".attn." in n))
+
+
+def _local_blocks(params: dict[str, torch.Tensor], attention: AttentionSpec,
                   complement: torch.Tensor) -> list[tuple[list[str], torch.Tensor]]:
     """Each block's parameter names (in order) and an orthonormal basis (n_b, k_b) of its own invariant directions."""
-    d, dtype = spec.d_model, complement.dtype
+    d, dtype = attention.d_model, complement.dtype
     vocab, blocks = params["embed"].shape[0], []
     if "pos" in params:
         n = params["pos"].shape[0]
@@ -143,12 +147,12 @@ def _local_blocks(params: dict[str, torch.Tensor], spec: TextModelSpec,
         blocks.append((["embed", "pos"], torch.cat([rows, trade], 1)))
     else:
         blocks.append((["embed"], _unit_columns(d, vocab, True, dtype)))
-    input_null, output_null = invariant_subspaces(spec)
-    for layer in range(spec.layers):
-        attn = layer_attention(params, layer)
-        family = modelsym.model_family(attn, spec.attention, input_null, output_null)
-        blocks.append(([attention_prefix(layer) + n for n in attn], family.basis()))
-        mlp = f"layer{layer}.mlp."
+    one = modelsym.mean_direction(d)  # every input of a layer has zero mean, and its output along 1 is unseen
+    for prefix in _attention_layers(params):
+        attn = {n.removeprefix(prefix): p for n, p in params.items() if n.startswith(prefix)}
+        family = modelsym.model_family(attn, attention, one, one)
+        blocks.append(([prefix + n for n in attn], family.basis()))
+        mlp = prefix.replace(".attn.", ".mlp.")
         width = params[mlp + "W_in"].shape[1]
         blocks.append(([mlp + "W_in"], _unit_columns(d, width, False, dtype)))
         blocks.append(([mlp + "W_out"], _unit_columns(d, width, True, dtype)))
@@ -170,19 +174,20 @@ def _split_columns(names: list[str], basis: torch.Tensor, params: dict[str, torc
     return out
 
 
-def whole_span(params: Params, spec: TextModelSpec, rel_tol: float = DEFAULT_ZERO_TOL) -> WholeSpan:
-    """E = L + R at ``params`` (any dtype; computed on float64 CPU copies)."""
+def whole_span(params: Params, attention: AttentionSpec, rel_tol: float = DEFAULT_ZERO_TOL) -> WholeSpan:
+    """E = L + R at ``params`` of a text model whose every attention layer has the layout ``attention`` (parameter
+    names as ``attnid.train.textmodel``'s; any dtype, computed on float64 CPU copies)."""
     p64 = {n: t.detach().to("cpu", torch.float64, copy=True) for n, t in params.items()}
     known = {"embed", "pos", "unembed"}
     unknown = [n for n in p64 if n not in known and _role(n) not in (*WRITES, *READS, *INSIDE)]
     if unknown:
         raise ValueError(f"whole_span does not know the parameter(s) {', '.join(unknown)}")
-    d = spec.d_model
+    d = attention.d_model
     ones = torch.full((d, 1), d**-0.5, dtype=torch.float64)
     complement = torch.linalg.qr(torch.cat([ones, torch.eye(d, dtype=torch.float64)[:, : d - 1]], 1))[0][:, 1:]
     blocks = []
     schur = rotation_gram(p64, complement)
-    for names, basis in _local_blocks(p64, spec, complement):
+    for names, basis in _local_blocks(p64, attention, complement):
         image = rotation_adjoint(_split_columns(names, basis, p64), p64, complement)
         schur -= image @ image.T
         blocks.append((names, basis, image))
