@@ -39,7 +39,9 @@ from attnid.train.residual import INSIDE, READS, WRITES
 class WholeSpan:
     """E = L + R at one point: each block's orthonormal basis, its image under R^T, and the Schur complement S."""
 
-    blocks: list[tuple[list[str], torch.Tensor, torch.Tensor]]  # (parameter names, basis (n_b, k_b), R^T basis (m, k_b))
+    blocks: list[tuple[list[str], torch.Tensor, torch.Tensor | None, torch.Tensor]]
+    """Per block: parameter names, directions A (n_b, k), coefficients C (k, r) or None for the identity, so that
+    A C is an orthonormal basis of the block's own span, and R^T A C (m, r)."""
     eigenvalues: torch.Tensor  # of S, the ones rule 2 keeps
     eigenvectors: torch.Tensor  # (m, rank S)
     params: dict[str, torch.Tensor]
@@ -47,7 +49,7 @@ class WholeSpan:
 
     @property
     def local_dimension(self) -> int:
-        return sum(basis.shape[1] for _, basis, _ in self.blocks)
+        return sum(image.shape[1] for *_, image in self.blocks)
 
     @property
     def dimension(self) -> int:
@@ -135,8 +137,9 @@ def _attention_layers(params: Params) -> list[str]:
 
 
 def _local_blocks(params: dict[str, torch.Tensor], attention: AttentionSpec,
-                  complement: torch.Tensor) -> list[tuple[list[str], torch.Tensor]]:
-    """Each block's parameter names (in order) and an orthonormal basis (n_b, k_b) of its own invariant directions."""
+                  complement: torch.Tensor) -> list[tuple[list[str], torch.Tensor, torch.Tensor | None]]:
+    """Each block's parameter names (in order), directions A and coefficients C (None: A is orthonormal already)
+    with A C an orthonormal basis of the block's own invariant directions (never formed for an attention layer)."""
     d, dtype = attention.d_model, complement.dtype
     vocab, blocks = params["embed"].shape[0], []
     if "pos" in params:
@@ -144,23 +147,23 @@ def _local_blocks(params: dict[str, torch.Tensor], attention: AttentionSpec,
         rows = torch.block_diag(_unit_columns(d, vocab, True, dtype), _unit_columns(d, n, True, dtype))
         trade = torch.cat([complement.expand(vocab, d, d - 1).reshape(vocab * d, d - 1),  # E + 1 v^T against P - 1 v^T
                            -complement.expand(n, d, d - 1).reshape(n * d, d - 1)]) / math.sqrt(vocab + n)
-        blocks.append((["embed", "pos"], torch.cat([rows, trade], 1)))
+        blocks.append((["embed", "pos"], torch.cat([rows, trade], 1), None))
     else:
-        blocks.append((["embed"], _unit_columns(d, vocab, True, dtype)))
+        blocks.append((["embed"], _unit_columns(d, vocab, True, dtype), None))
     one = modelsym.mean_direction(d)  # every input of a layer has zero mean, and its output along 1 is unseen
     for prefix in _attention_layers(params):
         attn = {n.removeprefix(prefix): p for n, p in params.items() if n.startswith(prefix)}
         family = modelsym.model_family(attn, attention, one, one)
-        blocks.append(([prefix + n for n in attn], family.basis()))
+        blocks.append(([prefix + n for n in attn], family.matrix, family.coefficients()))
         mlp = prefix.replace(".attn.", ".mlp.")
         width = params[mlp + "W_in"].shape[1]
-        blocks.append(([mlp + "W_in"], _unit_columns(d, width, False, dtype)))
-        blocks.append(([mlp + "W_out"], _unit_columns(d, width, True, dtype)))
-        blocks.append(([mlp + "b_out"], torch.full((d, 1), d**-0.5, dtype=dtype)))
+        blocks.append(([mlp + "W_in"], _unit_columns(d, width, False, dtype), None))
+        blocks.append(([mlp + "W_out"], _unit_columns(d, width, True, dtype), None))
+        blocks.append(([mlp + "b_out"], torch.full((d, 1), d**-0.5, dtype=dtype), None))
     logits = params["unembed"].shape[1]
     logit_shift = torch.einsum("dk,v->dvk", complement, torch.full((logits,), logits**-0.5, dtype=dtype))
     blocks.append((["unembed"], torch.cat([_unit_columns(d, logits, False, dtype), logit_shift.reshape(d * logits, d - 1)],
-                                          1)))
+                                          1), None))
     return blocks
 
 
@@ -187,10 +190,11 @@ def whole_span(params: Params, attention: AttentionSpec, rel_tol: float = DEFAUL
     complement = torch.linalg.qr(torch.cat([ones, torch.eye(d, dtype=torch.float64)[:, : d - 1]], 1))[0][:, 1:]
     blocks = []
     schur = rotation_gram(p64, complement)
-    for names, basis in _local_blocks(p64, attention, complement):
-        image = rotation_adjoint(_split_columns(names, basis, p64), p64, complement)
+    for names, directions, coef in _local_blocks(p64, attention, complement):
+        image = rotation_adjoint(_split_columns(names, directions, p64), p64, complement)
+        image = image if coef is None else image @ coef
         schur -= image @ image.T
-        blocks.append((names, basis, image))
+        blocks.append((names, directions, coef, image))
     schur = (schur + schur.T) / 2
     values, vectors = torch.linalg.eigh(schur)
     singular = values.clamp_min(0).sqrt()
@@ -207,8 +211,9 @@ def whole_share(update: Params, span: WholeSpan) -> dict[str, float]:
         raise ValueError("the update is zero: its share is undefined")
     local2 = 0.0
     r = rotation_adjoint({n: t[None] for n, t in u.items()}, span.params, span.complement)[:, 0]
-    for names, basis, image in span.blocks:
-        c = basis.T @ torch.cat([u[n].reshape(-1) for n in names])
+    for names, directions, coef, image in span.blocks:
+        c = directions.T @ torch.cat([u[n].reshape(-1) for n in names])
+        c = c if coef is None else coef.T @ c
         local2 += float(c @ c)
         r = r - image @ c
     y = span.eigenvectors.T @ r
