@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnid.census import census, load_layouts
-from attnid.hf.census_whole import load_configs, whole_column, whole_table
+from attnid.census import CENSUS_COLUMNS, census_table
+from attnid.hf.census_whole import load_configs, whole_column, whole_table, with_whole
 from attnid.hf.config import count_config
 from attnid.hf.whole import STRUCTURES, transformers_config
 
@@ -31,6 +32,18 @@ def test_every_census_model_has_a_row_and_every_covered_model_type_is_counted() 
         else:
             assert row.parameters is None and repr(model_type) in row.note and "outside" in row.note
     assert len(COUNTED) == len(whole_table(COLUMN)) >= 9
+    assert all(sum(row.breakdown.values()) == row.unidentified for row in COUNTED)
+
+
+def test_the_census_table_gains_the_whole_model_share_beside_the_attention_share() -> None:
+    columns, table = with_whole(CENSUS_COLUMNS, census_table(census(LAYOUTS)), COLUMN)
+    at = columns.index("whole model")
+    assert columns[at - 1] == "ratio" and len(columns) == len(CENSUS_COLUMNS) + 1
+    shares = {row[0]: row[at] for row in table}
+    # Llama-2-7B by hand: 32 layers of the census's attention orbit (528,384 each), one scale per SwiGLU unit, two
+    # pre-norm gains per layer against their readers, the stream's rotations O(4096) (untied head), the final gain
+    unidentified = 32 * 528_384 + 32 * 11_008 + 2 * 32 * 4_096 + 4_096 * 4_095 // 2 + 4_096
+    assert shares["Llama-2-7B"] == f"{unidentified / 6_738_415_616:.5f}" and shares["Mixtral-8x7B"] == "n/a"
 
 
 @pytest.mark.parametrize("row", COUNTED, ids=lambda r: r.key)

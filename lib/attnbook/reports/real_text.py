@@ -196,7 +196,6 @@ def share_findings(sh: Shares, layers: int, boot: Bootstrap) -> tuple[dict[str, 
     first = np.array([v for layer in range(layers) for _, s, v in sh.plain[layer, "model"] if s == 0])
     later = sh.later
     found |= {"rt-share-combos": len(parts), "rt-share-all-below": below, "rt-share-all-above": above,
-              "rt-share-verdict": "below" if below == len(parts) else "above" if above == len(parts) else "on both sides of",
               "rt-share-steps": len(later), "rt-share-first": later[0], "rt-share-last": later[-1],
               "rt-share-step0-min": float(first.min()), "rt-share-step0-max": float(first.max()),
               "rt-noise-n": next(iter(vs_noise.values())).n,

@@ -26,13 +26,11 @@ def rebalance_findings(val: Mapping[tuple[str, int], Mapping[int, float]], run: 
     plain = [val[arms[0], s][steps] for s in seeds]
     balanced = [val[arms[1], s][steps] for s in seeds]
     s = boot.paired(balanced, plain, tie=run["TIE_NATS"])
-    verdict = ("contains zero" if s.low <= 0 <= s.high else
-               "lies below zero (balanced lower)" if s.high < 0 else "lies above zero (balanced higher)")
     diverged = [k for k, v in val.items() if k[0] in arms and not all(np.isfinite(list(v.values())))]
     return (boot.findings(f"{tag}-val-plain", plain)
             | {f"{tag}-rb-median": s.median_difference, f"{tag}-rb-low": s.low, f"{tag}-rb-high": s.high,
                f"{tag}-rb-wins": s.wins, f"{tag}-rb-ties": s.ties, f"{tag}-rb-losses": s.losses, f"{tag}-rb-n": s.n,
-               f"{tag}-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)), f"{tag}-rb-verdict": verdict,
+               f"{tag}-rb-rel": float(np.median(np.array(balanced) / np.array(plain) - 1)),
                f"{tag}-rb-p": signed_rank_test(balanced, plain, tie=run["TIE_NATS"]).p_value,  # exact, two-sided
                f"{tag}-diverged": len(diverged)}), s
 

@@ -4,7 +4,7 @@
 count reads (``attnid.hf.whole``); a model type outside the whole-model theory needs only its ``model_type``
 and ``architectures``, and its count is withheld with the reason. ``whole_column`` pairs every census row with
 its whole-model record: parameters and unidentified parameters of the model ``architectures[0]`` builds (its head
-included), and the attention-only share of the census (one layer's u / P) beside them.
+included), its breakdown by component, and the attention-only share of the census (one layer's u / P) beside them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from attnid.census import CensusRow
 from attnid.hf.whole import whole_model
+from attnid.whole.model import COMPONENTS
 from attnid.strict_yaml import read_yaml, show
 
 SHIPPED = Path(__file__).resolve().parents[1] / "whole_configs.yaml"
@@ -32,6 +33,7 @@ class WholeRow:
     attention_ratio: float | None
     note: str
     source: str
+    breakdown: dict[str, int]
 
     @property
     def ratio(self) -> float | None:
@@ -71,17 +73,22 @@ def whole_column(rows: list[CensusRow], configs: dict[str, dict[str, Any]] | Non
         entry = configs[row.layout.key]
         record = whole_model(dict(entry["config"]), row.layout.key)["whole_model"]
         out.append(WholeRow(row.layout.key, row.layout.name, record["parameters"], record["unidentified"],
-                            row.record()["ratio"], record["note"], entry["source"]))
+                            row.record()["ratio"], record["note"], entry["source"], dict(record["breakdown"])))
     return out
 
 
-WHOLE_COLUMNS = ("model", "whole model", "attention", "parameters", "unidentified")
+def with_whole(columns: tuple[str, ...], table: list[list[str]], rows: list[WholeRow],
+               after: str = "ratio") -> tuple[tuple[str, ...], list[list[str]]]:
+    """The census table (``attnid.census.census_table``) with a "whole model" share column after ``after``."""
+    at = columns.index(after) + 1
+    shares = ["n/a" if r.ratio is None else f"{r.ratio:.5f}" for r in rows]
+    return (*columns[:at], "whole model", *columns[at:]), [[*t[:at], w, *t[at:]] for t, w in zip(table, shares, strict=True)]
+
+
+WHOLE_COLUMNS = ("model", "parameters", "unidentified", *COMPONENTS)
 
 
 def whole_table(rows: list[WholeRow]) -> list[list[str]]:
-    """The counted models as strings in the order of ``WHOLE_COLUMNS``: both shares, the whole model's P and U."""
-    def share(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.5f}"
-
-    return [[r.name, share(r.ratio), share(r.attention_ratio), f"{r.parameters:,}", f"{r.unidentified:,}"]
-            for r in rows if r.parameters is not None]
+    """The counted models as strings in the order of ``WHOLE_COLUMNS``: the whole model's P, U and U by component."""
+    return [[r.name, f"{r.parameters:,}", f"{r.unidentified:,}", *(f"{r.breakdown.get(k, 0):,}" for k in COMPONENTS)]
+            for r in rows if r.parameters is not None and r.unidentified is not None]
