@@ -40,8 +40,16 @@ def test_the_span_is_the_null_space_of_the_whole_models_jacobian(kind: str) -> N
     span = ws.whole_span(params, spec.attention)
     jac = jacfwd(lambda flat: torch.log_softmax(tm.logits(unflatten(flat, params), tokens, spec), -1).reshape(-1))(
         flatten(params))
-    assert span.dimension == jac.shape[1] - numerical_rank(torch.linalg.svdvals(jac))
+    _, singular, vh = torch.linalg.svd(jac, full_matrices=False)
+    rank = numerical_rank(singular)
+    assert span.dimension == jac.shape[1] - rank
     assert span.parameters == jac.shape[1]
+    # not only the dimension: E is the Jacobian's null space (a seen direction has share 0, an unseen one share 1)
+    gen = torch.Generator().manual_seed(7)
+    seen = torch.randn(rank, generator=gen, dtype=torch.float64) @ vh[:rank]
+    unseen = torch.randn(jac.shape[1] - rank, generator=gen, dtype=torch.float64) @ vh[rank:]
+    assert ws.whole_share(unflatten(seen, params), span)["whole"] < 1e-6
+    assert abs(ws.whole_share(unflatten(unseen, params), span)["whole"] - 1) < 1e-6
 
 
 @pytest.mark.parametrize("kind", SPECS)
@@ -64,7 +72,7 @@ def test_shares_of_a_rotation_a_gradient_and_a_random_update() -> None:
     turn = torch.linalg.matrix_exp(1e-7 * span.complement @ (skew - skew.T) @ span.complement.T)
     turned = rotate_residual(params, turn)
     along = ws.whole_share({n: turned[n] - params[n] for n in params}, span)
-    assert along["whole"] > 1 - 1e-6 and along["blocks"] < 0.5  # the rotation lies in E, not in the blocks' span
+    assert abs(along["whole"] - 1) < 1e-6 and along["blocks"] < 0.5  # the rotation lies in E, not in the blocks' span
     point = {n: p.clone().requires_grad_() for n, p in params.items()}
     tokens = torch.randint(0, tm.VOCAB, (4, spec.seq_len), generator=gen)
     torch.log_softmax(tm.logits(point, tokens, spec), -1).sum().backward()  # a float64 loss: cross-entropy's form
@@ -73,6 +81,25 @@ def test_shares_of_a_rotation_a_gradient_and_a_random_update() -> None:
                              span)["whole"] ** 2 for _ in range(40)]
     chance = span.dimension / span.parameters  # E[share^2] of an isotropic update
     assert abs(sum(shares) / len(shares) - chance) < 0.2 * chance
+
+
+def test_the_rotations_gram_matrix_is_r_transpose_r() -> None:
+    """rotation_gram (from d x d products) against R^T applied to every rotation direction built explicitly."""
+    spec = SPECS["positions"]
+    params = tm.init_model(spec, torch.Generator().manual_seed(2), torch.float64)
+    span = ws.whole_span(params, spec.attention)
+    n = spec.d_model - 1
+    i, j = torch.triu_indices(n, n, 1)
+    columns: dict[str, list[torch.Tensor]] = {name: [] for name in params}
+    for a, b in zip(i.tolist(), j.tolist()):
+        unit = torch.zeros(n, n, dtype=torch.float64)
+        unit[a, b], unit[b, a] = 2.0**-0.5, -(2.0**-0.5)
+        skew = span.complement @ unit @ span.complement.T
+        moved = rotate_residual(params, torch.eye(spec.d_model, dtype=torch.float64) + skew)  # linear in skew
+        for name in params:
+            columns[name].append(moved[name] - params[name])
+    direct = ws.rotation_adjoint({k: torch.stack(v) for k, v in columns.items()}, params, span.complement)
+    assert torch.allclose(ws.rotation_gram(params, span.complement), direct, rtol=1e-12, atol=1e-10 * direct.abs().max())
 
 
 def test_a_zero_update_and_an_unknown_parameter_are_refused() -> None:
