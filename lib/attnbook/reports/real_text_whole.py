@@ -47,6 +47,9 @@ def whole_findings(spans: Sequence[Row], shares: Sequence[Row], boot: Bootstrap)
         found |= boot.findings(f"rtw-{arm}", list(whole.values())) | boot.findings(f"rtw-{arm}-blocks", list(blocks.values()))
         found[f"rtw-{arm}-seeds"] = len(whole)
         found[f"rtw-{arm}-max"] = max(whole.values())
+        found[f"rtw-{arm}-ratio"] = found[f"rtw-{arm}"] / found["rtw-chance"]
+        found[f"rtw-{arm}-first"] = float(np.median([float(r["whole"]) for r in shares
+                                                     if r["arm"] == arm and int(r["step"]) == 0]))
         rows.append([arm, str(len(whole)), *(f"{found[f'rtw-{arm}{k}']:.3g}" for k in ("", "-low", "-high", "-blocks"))])
     table = markdown_table(("arm", "seeds", "share of E", "low", "high", "blocks only"), rows, right=range(1, 6))
     return found, table
