@@ -9,8 +9,8 @@ are transformers', not guessed here); the attention layers come from the config 
 ``unidentified`` and a breakdown by component, or withheld with one line.
 
 Families the theory covers (``STRUCTURES``): pre-norm RMSNorm decoders with a gated MLP (Llama,
-Mistral, Qwen2, Qwen3, Gemma), pre-norm LayerNorm decoders with a smooth MLP (GPT-2, GPT-NeoX with its
-residual in sequence, OPT with a GELU) and the post-norm LayerNorm encoder BERT. Every other model type, and every feature of these outside the theory, is
+Mistral, Qwen2, Qwen3, Gemma, Phi-3), pre-norm LayerNorm decoders with a smooth MLP (GPT-2, GPTBigCode,
+GPT-NeoX, OPT, StarCoder2) and the post-norm LayerNorm encoder BERT. Every other model type, and every feature of these outside the theory, is
 withheld with the reason.
 """
 
@@ -25,8 +25,8 @@ from attnid.hf.read import LayerGroup
 from attnid.spec import AttentionSpec
 from attnid.whole.model import AttentionGroup, Head, Mlp, Table, WholeCount, WholeLayout, count
 
-RMS_DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma")
-LN_DECODERS = ("gpt2", "gpt_neox", "opt")
+RMS_DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+LN_DECODERS = ("gpt2", "gpt_bigcode", "gpt_neox", "opt", "starcoder2")
 STRUCTURES = (*RMS_DECODERS, *LN_DECODERS, "bert")
 LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 OUTSIDE = "outside the whole-model theory"
@@ -129,7 +129,7 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
     for g in groups:
         _require(g.writer_bias and g.reader_bias_rows == g.reader_rows,
                  "a LayerNorm model without biases on every attention projection")
-    if model_type == "gpt2":
+    if model_type in ("gpt2", "gpt_bigcode"):  # GPTBigCode: GPT-2 with multi-query attention
         _require(not getattr(cfg, "add_cross_attention", False), "GPT-2 with cross-attention")
         width = cfg.n_inner or 4 * d
         return WholeLayout(d, layers, (Table("tokens", vocab, vocab), Table("positions", cfg.n_positions,
@@ -139,6 +139,10 @@ def _layout(data: dict[str, Any], where: str) -> WholeLayout:
         return WholeLayout(d, layers, (Table("tokens", vocab, vocab),), "layernorm", "pre", float(cfg.layer_norm_eps),
                            groups, Mlp(_mlp_kind(cfg.hidden_act, False), cfg.intermediate_size, True, True),
                            head=Head("lm", tied), parallel=bool(cfg.use_parallel_residual))
+    if model_type == "starcoder2":
+        return WholeLayout(d, layers, (Table("tokens", vocab, vocab),), "layernorm", "pre", float(cfg.norm_epsilon),
+                           groups, Mlp(_mlp_kind(cfg.hidden_act, False), cfg.intermediate_size, True, True),
+                           head=Head("lm", tied))
     if model_type == "opt":
         _require(cfg.do_layer_norm_before, "OPT with its LayerNorms after the blocks (do_layer_norm_before false)")
         _require(not getattr(cfg, "_remove_final_layer_norm", False), "OPT without its final LayerNorm")

@@ -27,6 +27,12 @@ _NEOX = dict(model_type="gpt_neox", vocab_size=48, hidden_size=8, intermediate_s
              num_attention_heads=2, rotary_pct=0.5, architectures=["GPTNeoXForCausalLM"])
 _OPT = dict(model_type="opt", vocab_size=12, hidden_size=8, ffn_dim=12, num_hidden_layers=2, num_attention_heads=2,
             max_position_embeddings=8, word_embed_proj_dim=8, architectures=["OPTForCausalLM"])
+_PHI3 = dict(model_type="phi3", vocab_size=12, hidden_size=8, intermediate_size=10, num_hidden_layers=2,
+             num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, architectures=["Phi3ForCausalLM"])
+_BIGCODE = dict(model_type="gpt_bigcode", vocab_size=16, n_positions=8, n_embd=8, n_layer=2, n_head=2, n_inner=12,
+                multi_query=True, architectures=["GPTBigCodeForCausalLM"])
+_STARCODER2 = dict(model_type="starcoder2", vocab_size=24, hidden_size=8, intermediate_size=12, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, architectures=["Starcoder2ForCausalLM"])
 _BERT = dict(model_type="bert", vocab_size=16, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
              intermediate_size=12, max_position_embeddings=8, type_vocab_size=2, architectures=["BertForMaskedLM"])
 
@@ -62,6 +68,22 @@ FAMILY_CONFIGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("untied", {**_OPT, "tie_word_embeddings": False}),
         ("GELU; 3 layers", {**_OPT, "activation_function": "gelu", "num_hidden_layers": 3,
                             "max_position_embeddings": 6}),
+    ],
+    "RMSNorm + fused SwiGLU (Phi-3)": [
+        ("GQA; untied; eps 0", {**_PHI3, "rms_norm_eps": 0.0}),
+        ("GQA; tied", {**_PHI3, "tie_word_embeddings": True}),
+        ("MHA; 1 layer; partial RoPE", {**_PHI3, "num_key_value_heads": 2, "num_hidden_layers": 1,
+                                        "partial_rotary_factor": 0.5}),
+    ],
+    "pre-LayerNorm + multi-query (GPTBigCode)": [
+        ("multi-query; tied", _BIGCODE),
+        ("multi-head; eps 0", {**_BIGCODE, "multi_query": False, "layer_norm_epsilon": 0.0}),
+        ("multi-query; untied; 1 layer", {**_BIGCODE, "tie_word_embeddings": False, "n_layer": 1}),
+    ],
+    "pre-LayerNorm + RoPE (StarCoder2)": [
+        ("GQA; tied", _STARCODER2),
+        ("GQA; untied; eps 0", {**_STARCODER2, "tie_word_embeddings": False, "norm_epsilon": 0.0}),
+        ("MHA; 1 layer", {**_STARCODER2, "num_key_value_heads": 2, "num_hidden_layers": 1}),
     ],
     "post-LayerNorm (BERT)": [
         ("eps 0", {**_BERT, "layer_norm_eps": 0.0}),
