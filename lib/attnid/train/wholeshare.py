@@ -43,7 +43,7 @@ RESOLVED = math.sqrt(torch.finfo(torch.float64).eps)  # times sqrt(m): the small
 
 @dataclass(frozen=True)
 class WholeSpan:
-    """E = L + R at one point: each block's orthonormal basis, its image under R^T, and the Schur complement S."""
+    """E = L + R at one point: each block's directions and their image under R^T, and the eigenpairs of S."""
 
     blocks: list[tuple[list[str], torch.Tensor, torch.Tensor | None, torch.Tensor]]
     """Per block: parameter names, directions A (n_b, k), coefficients C (k, r) or None for the identity, so that
