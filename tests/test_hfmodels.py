@@ -11,11 +11,18 @@ norm spans the whole width).
 
 from __future__ import annotations
 
+from functools import partial
+
 from pathlib import Path
 
 import pytest
 
-from attnid.hf.config import model_count
+from attnid.hf.config import count_config, model_count
+
+# These tests read configs through attnid's own readers, the route for model types transformers does not know;
+# tests/test_meta_route.py covers the route through transformers' modules and cross-checks the two.
+count_config = partial(count_config, route="reader")
+model_count = partial(model_count, route="reader")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -87,11 +94,16 @@ def test_a_published_config_is_counted_as_the_closed_form_says(folder: str) -> N
     assert not [i for i in result.ignored if i.why.startswith("not read")], result.ignored
 
 
+# Persimmon-8B (and Fuyu-8B's language model): q_layernorm and k_layernorm, a weight and a bias over head_dim 64 each,
+# 256 parameters per layer that PersimmonAttention holds besides its projections
+QK_NORM_PARAMETERS = {"persimmon-8b": 4 * 64}
+
+
 @pytest.mark.parametrize("folder", sorted(WITHHELD))
 def test_attention_outside_the_theory_is_named_and_its_parameters_counted(folder: str) -> None:
     kind, layers, shape, reason = WITHHELD[folder]
     group = next(g for g in model_count(FIXTURES / folder).groups if g.kind == kind)
-    assert group.layers == layers and group.total == closed_form(**shape)[0]
+    assert group.layers == layers and group.total == closed_form(**shape)[0] + QK_NORM_PARAMETERS.get(folder, 0)
     assert group.unidentified is None and reason in group.note
 
 
@@ -112,13 +124,15 @@ def _t5_unseen(bidirectional: bool, buckets: int = 32, max_distance: int = 128) 
     return buckets - len(set(used.tolist()))
 
 
-def test_t5_counts_its_first_layers_table_and_leaves_cross_attention_out() -> None:
+def test_t5_counts_its_first_layers_table_and_its_cross_attention() -> None:
     groups = model_count(FIXTURES / "t5-base").groups
     assert [(g.kind, g.layers, g.attention) for g in groups] == [
         ("encoder_self_attention_with_table", 1, True), ("encoder_self_attention", 11, True),
         ("decoder_self_attention_with_table", 1, True), ("decoder_self_attention", 11, True),
-        ("cross_attention", 12, False)]
+        ("cross_attention", 12, True)]
     total, unidentified = closed_form(d=768, h=12, g=12, dk=64)
+    # EncDecAttention: no table, no mask, no bias; counted as non-causal attention (prop-cross-attention)
+    assert (groups[4].total, groups[4].unidentified) == (total, unidentified) and not groups[4].spec.causal
     table = 12 * 32  # one entry per head and bucket; each head's shift and the unseen buckets are invisible
     for g, unseen in zip(groups[:4:2], (_t5_unseen(True), _t5_unseen(False))):
         assert (g.total, g.unidentified) == (total + table, unidentified + 12 * (1 + unseen))
@@ -128,13 +142,12 @@ def test_t5_counts_its_first_layers_table_and_leaves_cross_attention_out() -> No
 
 
 def test_umt5_has_a_table_in_every_layer() -> None:
-    from attnid.hf.config import count_config
 
     data = {"model_type": "umt5", "d_model": 512, "d_kv": 64, "num_heads": 6, "num_layers": 8,
             "num_decoder_layers": 8, "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
     groups = count_config(data, "umt5").groups
     assert [(g.kind, g.layers) for g in groups if g.attention] == [("encoder_self_attention", 8),
-                                                                   ("decoder_self_attention", 8)]
+                                                                   ("decoder_self_attention", 8), ("cross_attention", 8)]
     total, unidentified = closed_form(d=512, h=6, g=6, dk=64)
     assert (groups[0].total, groups[0].unidentified) == (total + 6 * 32, unidentified + 6 * (1 + _t5_unseen(True)))
 
@@ -143,7 +156,6 @@ def test_a_disagreeing_duplicate_field_is_refused() -> None:
     import json
 
     data = json.loads((FIXTURES / "stablelm-3b-4e1t" / "config.json").read_text())
-    from attnid.hf.config import count_config
 
     with pytest.raises(ValueError, match="'num_heads' is 16 but num_attention_heads is 32"):
         count_config({**data, "num_heads": 16})
@@ -173,7 +185,6 @@ def test_the_mapper_reads_the_configuration_transformers_writes(model_type: str)
 
     transformers = pytest.importorskip("transformers")
     from attnid import families
-    from attnid.hf.config import count_config
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -183,6 +194,7 @@ def test_the_mapper_reads_the_configuration_transformers_writes(model_type: str)
     counted = [g for g in result.groups if g.attention]
     assert counted and sum(g.layers for g in result.groups) == result.layers
     for g in counted:
-        assert g.total == sum(math.prod(s) for s in families.parameter_shapes(g.spec).values())
+        norms = 4 * g.spec.head_dim if model_type == "persimmon" else 0  # q/k LayerNorms (QK_NORM_PARAMETERS)
+        assert g.total == sum(math.prod(s) for s in families.parameter_shapes(g.spec).values()) + norms
         if g.unidentified is not None:
             assert g.unidentified == families.count(g.spec).unidentified

@@ -31,6 +31,7 @@ from attnid import cli
 from attnid.hf import config as hfconfig, read as hfread
 from attnid.spec import AttentionSpec
 
+
 pytestmark = pytest.mark.slow  # subprocesses and a few hundred fuzzed configs
 
 V = importlib.import_module("attnid.verification")

@@ -67,7 +67,8 @@ def config_lines(m: Any) -> list[str]:
     for g in m.groups:
         lines.append(f"{g.kind} x{g.layers}: {g.description}")
         if not g.attention:
-            lines.append(f"  not counted: {g.note}")
+            shown = "" if g.parameters is None else f" ({g.parameters:,} parameters per layer)"
+            lines.append(f"  not counted{shown}: {g.note}")
             continue
         lines.append(f"  per layer: parameters {g.total:,}, unidentified "
                      + ("n/a" if g.unidentified is None else f"{g.unidentified:,} (ratio {g.ratio:.6g})"))
@@ -90,6 +91,8 @@ def config_lines(m: Any) -> list[str]:
         lines.append(f"  weakly identified {m.weakly_identified:,}")
     for i in m.ignored:
         lines.append(f"ignored: {i.field} = {json.dumps(i.value)[:80]}: {i.why}")
+    for i in m.defaults:
+        lines.append(f"default: {i.field} = {json.dumps(i.value)[:80]}: {i.why}")
     return lines
 
 

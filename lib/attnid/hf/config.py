@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from attnid import families  # noqa: F401
-from attnid.hf import models, special  # noqa: F401  (each registers the mappers of further model types)
+from attnid.hf import meta, models, special  # noqa: F401  (each registers the mappers of further model types)
 from attnid.families.alibi import AlibiSpec
 from attnid.fields import shown_path
 from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, NEVER_OFF_SWITCH,
@@ -303,15 +303,29 @@ def read_config(path: Path | str) -> tuple[dict[str, Any], str]:
     return data, where
 
 
-def model_count(path: Path | str) -> ModelCount:
+def model_count(path: Path | str, route: str = "auto") -> ModelCount:
     """Per-layer-type and whole-model attention counts from a config.json (or a folder holding one)."""
     data, where = read_config(path)
-    return count_config(data, where)
+    return count_config(data, where, route)
 
 
-def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
-    """``model_count`` for a configuration already read into a dict."""
+def count_config(data: dict[str, Any], where: str = "config", route: str = "auto") -> ModelCount:
+    """``model_count`` for a configuration already read into a dict: through the modules transformers builds
+    (``attnid.hf.meta``) where it knows the model type, else through the reader registered for it.
+
+    ``route`` 'reader' skips the first way and 'transformers' the second (the tests cross-check the two)."""
     model_type = data.get("model_type")
+    if route not in ("auto", "reader", "transformers"):
+        raise ValueError(f"route must be auto, reader or transformers, got {route!r}")
+    if route == "transformers" and not meta.known(model_type):
+        raise ValueError(f"{where}: transformers has no config class for model_type {_shown(model_type)}")
+    if route == "transformers":
+        return meta.meta_count(data, where, declinable=False)
+    if route == "auto" and meta.known(model_type):
+        try:
+            return meta.meta_count(data, where, declinable=model_type in MAPPERS)
+        except meta.MetaRouteDeclined:
+            pass
     if not isinstance(model_type, str) or model_type not in MAPPERS:
         shown = "no model_type" if model_type is None else f"model_type {_shown(model_type)}"
         raise ValueError(f"{where}: {shown} is not supported; supported: {', '.join(supported_types())}")
@@ -331,7 +345,7 @@ def count_config(data: dict[str, Any], where: str = "config") -> ModelCount:
         raise ValueError(f"{where}: a field has a value the {model_type} mapper cannot read ({type(exc).__name__}: "
                          f"{exc})") from None
     if cfg.flag("is_encoder_decoder", False):
-        cfg.ignore("is_encoder_decoder", "an encoder-decoder model: the cross-attention of its decoder is not counted")
+        cfg.mark_read("is_encoder_decoder")  # its cross-attention is a group of its own (prop-cross-attention)
     pruned = cfg.value("pruned_heads", None)
     if pruned:
         cfg.ignore("pruned_heads", "heads were pruned from some layers: the counts assume every head is there")

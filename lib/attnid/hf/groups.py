@@ -7,7 +7,7 @@ Built by the mappers of ``attnid.hf.config`` and ``attnid.hf.models`` from the p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attnid import families
@@ -27,6 +27,8 @@ class LayerGroup:
     layers: int
     count: Count | None
     note: str = ""
+    parameters: int | None = None
+    """Parameters of one layer of a type this tool does not count, where known (None for a counted group)."""
 
     @classmethod
     def from_layout(cls, kind: str, layers: int, layout: Layout, note: str = "") -> "LayerGroup":
@@ -43,9 +45,9 @@ class LayerGroup:
         return cls(kind, layers, withheld(counted) if note else counted, notes)
 
     @classmethod
-    def not_counted(cls, kind: str, layers: int, why: str) -> "LayerGroup":
-        """Layers of a type this tool does not count."""
-        return cls(kind, layers, None, why)
+    def not_counted(cls, kind: str, layers: int, why: str, parameters: int | None = None) -> "LayerGroup":
+        """Layers of a type this tool does not count (``parameters`` per layer where known)."""
+        return cls(kind, layers, None, why, parameters)
 
     @property
     def attention(self) -> bool:
@@ -89,7 +91,8 @@ class LayerGroup:
         """The group as a JSON-ready dict (what `attnid count --config --json` prints)."""
         layout = self.spec.to_dict() if isinstance(self.spec, Layout) else None
         return {"layer_type": self.kind, "layers": self.layers, "attention": self.attention,
-                "layout": self.description, "layout_fields": layout, "parameters_per_layer": self.total,
+                "layout": self.description, "layout_fields": layout,
+                "parameters_per_layer": self.total if self.attention else self.parameters,
                 "unidentified_per_layer": self.unidentified, "ratio": self.ratio, "breakdown": self.breakdown,
                 "weakly_identified_per_layer": self.weakly_identified, "note": self.note}
 
@@ -119,6 +122,10 @@ class ModelCount:
     groups: list[LayerGroup]
     ignored: list[Ignored]
     not_attention: list[str]
+    defaults: list[Ignored] = field(default_factory=list)
+    """Fields the file leaves out that transformers' config class fills (the model it builds has these values)."""
+    route: str = "reader"
+    """'transformers' (read from the modules transformers builds, ``attnid.hf.meta``) or 'reader' (attnid's reader)."""
 
     @property
     def layers(self) -> int:
@@ -160,7 +167,8 @@ class ModelCount:
                 "groups": [g.record() for g in self.groups],
                 "parameters_all_layers": self.total, "unidentified_all_layers": self.unidentified,
                 "ratio": self.ratio, "weakly_identified_all_layers": self.weakly_identified,
-                "ignored": [i.record() for i in self.ignored], "not_attention_fields": self.not_attention}
+                "ignored": [i.record() for i in self.ignored], "not_attention_fields": self.not_attention,
+                "defaults": [i.record() for i in self.defaults], "route": self.route}
 
 
 def withheld(counted: Count) -> Count:

@@ -9,6 +9,8 @@ Mixture-of-experts routing fields never change an attention layer and are read s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 from attnid.hf.read import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
@@ -274,7 +276,16 @@ def map_cohere2(cfg: Config) -> list[LayerGroup]:
 def map_persimmon(cfg: Config) -> list[LayerGroup]:
     """Persimmon and Fuyu's language model: MHA, partial RoPE (0.5), biases everywhere; qk_layernorm not covered."""
     groups = _decoder(cfg, bias="qkvo", fraction=rope_fraction(cfg, 0.5))
-    return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", True) else groups
+    if not cfg.flag("qk_layernorm", True):
+        return groups
+    # q_layernorm and k_layernorm: a LayerNorm over head_dim each, with a weight and a bias (PersimmonAttention)
+    return [_with_norms(_uncover(g, QK_LAYERNORM), 4 * g.spec.head_dim) for g in groups]
+
+
+def _with_norms(group: LayerGroup, parameters: int) -> LayerGroup:
+    """A withheld group whose layers also hold ``parameters`` of norms on the queries and keys."""
+    assert group.count is not None and group.count.unidentified is None
+    return replace(group, count=replace(group.count, total=group.count.total + parameters))
 
 
 def map_opt(cfg: Config) -> list[LayerGroup]:

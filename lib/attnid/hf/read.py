@@ -49,6 +49,7 @@ SILENT = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop", "ma
 # fatal, unless their name says which keys a query sees (a false "causal" flag would change the mask).
 NEVER_OFF_SWITCH = ("causal", "bidirectional", "decoder", "cross")
 LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+CROSS_NOTE = "cross-attention: queries from the decoder, keys and values from the encoder's output (prop-cross-attention)"
 
 
 def _shown(value: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from attnid.families.alibi import AlibiSpec
 from attnid.counts import count
 from attnid.families.gated import GatedSpec
-from attnid.hf.read import (LAYER_KINDS, Config, LayerGroup, _heads, _shown, _spec, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base, rope_fraction)
+from attnid.hf.read import (CROSS_NOTE, LAYER_KINDS, Config, LayerGroup, _heads, _shown, _spec, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base, rope_fraction)
 from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from attnid.hf.models import CLIP_QKV, QK_LAYERNORM, mosaic
 
@@ -63,7 +63,7 @@ def map_mpt(cfg: Config) -> list[LayerGroup]:
 def map_t5(cfg: Config) -> list[LayerGroup]:
     """T5 and mT5 (one relative-bias table per stack, in its first layer and used by all) and UMT5 (a table per
     layer): encoder and decoder self-attention (``attnid.families.relbias``), counted at inputs long enough to reach every
-    bucket; cross-attention is not counted. The scores are not scaled, a constant that W_Q absorbs. A layer that
+    bucket; cross-attention (no table, no mask) is counted as non-causal attention (prop-cross-attention). The scores are not scaled, a constant that W_Q absorbs. A layer that
     uses another layer's table sees it as fixed offsets, which change no count (chapter 7b)."""
     d = cfg.integer("d_model", None, "hidden_size")
     h = cfg.integer("num_heads", None, "num_attention_heads")
@@ -88,8 +88,8 @@ def map_t5(cfg: Config) -> list[LayerGroup]:
         if layers > 1:
             shared = replace(count(spec), note="adds the first layer's relative-bias table, fixed offsets for this layer")
             groups.append(LayerGroup.from_count(kind, layers - 1, shared))
-    groups.append(LayerGroup.not_counted("cross_attention", decoder, "cross-attention to the encoder's output: its "
-                                                                     "keys and values come from another sequence"))
+    cross = _spec(cfg, d_model=d, heads=h, head_dim=dk, v_head_dim=dk, causal=False)  # no table, no mask
+    groups.append(replace(LayerGroup.from_layout("cross_attention", decoder, cross), note=CROSS_NOTE))
     return groups
 
 

@@ -1,0 +1,465 @@
+"""Attention counts read from the modules transformers builds: the meta-device route of ``attnid count --config``.
+
+For a ``model_type`` that transformers knows, its own config class reads the file (defaults, aliases, nested
+text configs) and the model is built on the meta device (shapes only, no memory). Every attention module of
+that model is then read from what it holds: its projections and their shapes, biases, q/k norms, sinks and
+gates. What shapes cannot show (whether a class rotates queries and keys, where its window comes from, a
+gate folded into the query projection) comes from ``ATTENTION_CLASSES``, one line per attention class. A
+class that is not in the table is refused by name, never read by a guess; and a layer whose module holds a
+parameter the layout does not account for is withheld, naming the module's parameter count.
+
+Layers of a layer stack that hold no attention (Mamba, linear attention, an MLP-only layer) are listed with
+the parameters of their token mixer (or of the whole layer when it has none) as outside the theory. A model
+with an attention class outside the table, where ``attnid.hf.config`` still has a reader for the model type,
+goes the old way (``MetaRouteDeclined``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from attnid.families.gated import GatedSpec
+from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
+from attnid.hf.read import CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, Config, rope_fraction
+from attnid.spec import AttentionSpec
+
+CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
+VISION_WORDS = ("vision", "visual", "image")
+MIXER_NAMES = ("mixer", "linear_attn", "mamba", "ssm", "short_conv", "conv", "token_mixer", "time_mix")
+OUT_NAMES = ("o_proj", "out_proj", "dense")
+BENDS = {  # config fields that change every attention layer in a way no theorem here covers
+    "attn_logit_softcapping": "soft-capping tanh(s / c) c of the attention scores",
+    "clip_qkv": "clip_qkv clamps the queries, keys and values",
+}
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What a class's modules do not show. ``rope``: 'config' (rope_parameters of its layer type), 'none',
+    'use_rope' (the module's flag, with rope_parameters), 'rotary_dim' or 'rotary_ndims' (the module's rotated
+    width). ``window``: 'module' (its sliding_window attribute), 'config' (the config's sliding_window on every
+    layer) or 'none'. ``gate``: 'q_proj' (an elementwise gate folded into the query projection), 'g_proj' (one
+    gate per head) or ''. ``outside``: the feature, when the class is outside the theory."""
+
+    rope: str = "config"  # 'latent': multi-head latent attention, read by attnid.families.mla
+    window: str = "module"
+    gate: str = ""
+    outside: str = ""
+
+
+PLAIN = Semantics()
+NO_ROPE = Semantics(rope="none", window="none")
+ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the class's forward in transformers 5.24
+    **dict.fromkeys(("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "Qwen2MoeAttention", "Qwen3MoeAttention",
+                     "Olmo2Attention", "Olmo3Attention", "OlmoAttention", "GraniteAttention", "GraniteMoeAttention",
+                     "Gemma2Attention", "Gemma3Attention", "GemmaAttention", "GptOssAttention", "Glm4MoeAttention",
+                     "Glm4Attention", "GlmAttention", "MiniMaxM2Attention", "Qwen3VLTextAttention",
+                     "Qwen3VLMoeTextAttention", "Qwen2_5_VLAttention", "Qwen2VLAttention", "Ernie4_5Attention",
+                     "Ernie4_5_MoeAttention", "SeedOssAttention", "ApertusAttention", "ArceeAttention",
+                     "HeliumAttention", "HunYuanDenseV1Attention", "HunYuanMoEV1Attention", "Dots1Attention",
+                     "MiMoV2FlashAttention", "FalconH1Attention", "GraniteMoeHybridAttention", "BambaAttention"), PLAIN),
+    **dict.fromkeys(("MistralAttention", "MixtralAttention", "Starcoder2Attention", "MinistralAttention",
+                     "OlmoeAttention"), Semantics(window="config")),
+    **dict.fromkeys(("Qwen3NextAttention", "Qwen3_5Attention", "Qwen3_5MoeAttention"), Semantics(gate="q_proj")),
+    "Step3p7Attention": Semantics(gate="g_proj"),
+    "SmolLM3Attention": Semantics(rope="use_rope"),
+    "Cohere2Attention": Semantics(rope="sliding_only"),  # RoPE on the sliding-window layers only
+    "Exaone4Attention": Semantics(rope="exaone4", window="is_sliding"),  # RoPE on sliding layers, or all without any
+    "NemotronHAttention": NO_ROPE,
+    "GPTJAttention": Semantics(rope="rotary_dim", window="none"),
+    "PhiAttention": Semantics(rope="rotary_ndims", window="none"),
+    **dict.fromkeys(("BartAttention", "WhisperAttention", "OPTAttention", "MBartAttention", "MarianAttention",
+                     "PegasusAttention", "M2M100Attention", "NllbMoeAttention", "BlenderbotAttention",
+                     "CLIPAttention", "SiglipAttention", "Siglip2Attention"), NO_ROPE),
+    **dict.fromkeys(("DeepseekV2Attention", "DeepseekV3Attention", "DeepseekV32Attention", "GlmMoeDsaAttention"),
+                    Semantics(rope="latent", window="none")),
+    "Gemma4TextAttention": Semantics(outside="an RMSNorm without weights on the values (v_norm)"),
+    "Llama4TextAttention": Semantics(outside="an L2 norm on the queries and keys and a temperature on the queries"),
+    "Ministral3Attention": Semantics(outside="a position-dependent scale on the queries (llama_4_scaling_beta)"),
+    "DeepseekV4Attention": Semantics(outside="compressed sparse attention (keys and values pooled over blocks of "
+                                             "tokens, a top-k indexer, a grouped output projection)"),
+}
+
+
+class MetaRouteDeclined(Exception):
+    """The model has an attention class this route does not read and the old reader may: ``str`` names it."""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    import transformers
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity(transformers.logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(level)
+
+
+def known(model_type: Any) -> bool:
+    """Whether transformers has a config class for ``model_type`` (without importing any model)."""
+    from transformers import CONFIG_MAPPING
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
+
+
+def transformers_config(data: dict[str, Any], where: str) -> Any:
+    """The config transformers makes of ``data`` (its defaults and aliases filled), or a one-line ValueError."""
+    from transformers import CONFIG_MAPPING
+    cls = CONFIG_MAPPING[data["model_type"]]
+    try:
+        with _quiet():
+            return cls.from_dict(_integers(cls, {k: v for k, v in data.items() if k != "model_type"}, where))
+    except Exception as exc:  # transformers' validators raise many types; one line naming the file either way
+        raise ValueError(f"{where}: transformers' {cls.__name__} refuses this configuration: "
+                         f"{type(exc).__name__}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _integers(cls: Any, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with a float of integral value in a field whose default is an integer made that integer (JSON
+    writers produce 64.0 for 64, and other doors accept it); a fractional one is refused naming the field."""
+    with _quiet():
+        defaults = cls()
+    fixed = dict(data)
+    for name, value in data.items():
+        default = getattr(defaults, name, None)
+        if isinstance(value, float) and isinstance(default, int) and not isinstance(default, bool):
+            if not value.is_integer():
+                raise ValueError(f"{where}: field {name!r} must be an integer, got {value!r}")
+            fixed[name] = int(value)
+    return fixed
+
+
+def meta_model(config: Any, where: str) -> Any:
+    """The base model transformers builds from ``config`` on the meta device (no weights, no memory)."""
+    import torch
+    from transformers import AutoModel
+    try:
+        with _quiet(), torch.device("meta"):
+            return AutoModel.from_config(config)
+    except Exception as exc:
+        raise ValueError(f"{where}: transformers cannot build this model ({type(exc).__name__}: "
+                         f"{_one_line(exc)})") from None
+
+
+def _parameters(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _is_attention(module: Any) -> bool:
+    cls = type(module).__name__
+    return cls in ATTENTION_CLASSES or cls.endswith("Attention")
+
+
+def attention_modules(model: Any) -> list[tuple[str, Any]]:
+    """(path, module) of every outermost attention module of ``model``, in order."""
+    found: list[tuple[str, Any]] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(p + ".") for p, _ in found):
+            continue
+        if _is_attention(module):
+            found.append((name, module))
+    return found
+
+
+def _kind(path: str, module: Any, text: Any, window: int | None) -> str:
+    """The layer type: cross, vision, encoder or decoder attention by place; else the config's layer type."""
+    last = path.rsplit(".", 1)[-1]
+    if last in CROSS_NAMES:
+        return "cross_attention"
+    if any(w in path.lower() for w in VISION_WORDS):
+        return "vision_attention"
+    if path.startswith("encoder."):
+        return "encoder_attention"
+    if path.startswith("decoder.") and getattr(text, "is_encoder_decoder", False):
+        return "decoder_attention"
+    types, idx = getattr(text, "layer_types", None), getattr(module, "layer_idx", None)
+    if isinstance(types, list) and isinstance(idx, int) and 0 <= idx < len(types) and types[idx] in LAYER_KINDS:
+        return types[idx]
+    return "sliding_attention" if window is not None else "full_attention"
+
+
+def _rope_parameters(text: Any, kind: str) -> dict[str, Any]:
+    params = getattr(text, "rope_parameters", None) or {}
+    if isinstance(params.get(kind), dict):
+        return params[kind]
+    if params and all(isinstance(v, dict) for v in params.values()):
+        return params.get("full_attention", next(iter(params.values())))
+    return params
+
+
+def _rope(sem: Semantics, module: Any, text: Any, kind: str, head_dim: int) -> tuple[int, float]:
+    """(rotated dimensions per head, base)."""
+    params = _rope_parameters(text, kind)
+    base = float(params.get("rope_theta", 10000.0))
+    sliding = getattr(module, "sliding_window", None) is not None
+    off = {"none": True, "use_rope": not getattr(module, "use_rope", True), "sliding_only": not sliding,
+           "exaone4": sliding and not getattr(module, "is_sliding", False)}
+    if off.get(sem.rope, False):
+        return 0, base
+    if sem.rope in ("rotary_dim", "rotary_ndims"):
+        width = getattr(module, sem.rope)
+        return (head_dim if width is None else int(width)), base
+    fraction = params.get("partial_rotary_factor")
+    return int(head_dim * (1.0 if fraction is None else float(fraction))), base
+
+
+def _window(sem: Semantics, module: Any, text: Any, kind: str) -> int | None:
+    if sem.window == "none":
+        return None
+    if sem.window == "is_sliding":
+        return int(module.sliding_window) if getattr(module, "is_sliding", False) and module.sliding_window else None
+    if sem.window == "config" or not hasattr(module, "sliding_window"):
+        window = getattr(text, "sliding_window", None) if sem.window == "config" or kind == "sliding_attention" else None
+    else:
+        window = module.sliding_window
+    return None if window is None else int(window)
+
+
+def _qk_norm(module: Any, heads: int, kv_heads: int, head_dim: int) -> tuple[str, float, str]:
+    """(qk_norm kind, eps, a reason when outside the theory)."""
+    q, k = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+    if q is None and k is None:
+        return "none", 1e-6, ""
+    if q is None or k is None:
+        return "none", 1e-6, "a norm on the queries or on the keys but not on both"
+    if any("LayerNorm" in type(n).__name__ or getattr(n, "bias", None) is not None for n in (q, k)):
+        return "none", 1e-6, "a LayerNorm (centring and a shift) on the queries and keys"
+    eps = float(getattr(q, "variance_epsilon", getattr(q, "eps", 1e-6)))
+    qw, kw = getattr(q, "weight", None), getattr(k, "weight", None)
+    if qw is None and kw is None:
+        return "unweighted", eps, ""
+    if qw is None or kw is None:
+        return "none", eps, "a weighted norm on one side and an unweighted one on the other"
+    if tuple(qw.shape) == tuple(kw.shape) == (head_dim,):
+        return "shared", eps, ""
+    if tuple(qw.shape) == (heads * head_dim,) and tuple(kw.shape) == (kv_heads * head_dim,):
+        return "full", eps, ""
+    return "none", eps, f"q/k norm weights of shapes {tuple(qw.shape)} and {tuple(kw.shape)}"
+
+
+KNOWN_CHILDREN = ("q_proj", "k_proj", "v_proj", *OUT_NAMES, "q_norm", "k_norm", "g_proj")
+
+
+def _layout(path: str, module: Any, text: Any, sem: Semantics) -> tuple[str, Any, str]:
+    """(layer type, layout or None, note) of one q/k/v/o attention module."""
+    children = dict(module.named_children())
+    out = next((children[n] for n in OUT_NAMES if n in children), None)
+    q, k, v = children.get("q_proj"), children.get("k_proj"), children.get("v_proj")
+    if q is None or k is None or v is None or out is None:
+        return "attention", None, f"{type(module).__name__} has no separate q/k/v/o projections"
+    stray = [n for n, c in children.items() if n not in KNOWN_CHILDREN and _parameters(c)]
+    head_dim = int(getattr(module, "head_dim", 0) or 0)
+    gate_in_q = 2 if sem.gate == "q_proj" else 1
+    if not head_dim or q.out_features % (head_dim * gate_in_q) or k.out_features % head_dim:
+        return "attention", None, f"{type(module).__name__}'s projections do not split into heads of {head_dim}"
+    heads, kv_heads = q.out_features // (head_dim * gate_in_q), k.out_features // head_dim
+    v_head_dim = v.out_features // kv_heads
+    window = _window(sem, module, text, "")
+    kind = _kind(path, module, text, window)
+    window = _window(sem, module, text, kind)
+    if kind == "cross_attention":
+        window = None
+    rope_dims, base = _rope(sem, module, text, kind, head_dim)
+    if rope_dims == 0 and sem.rope != "none":
+        kind += " (no RoPE)"
+    qk_norm, eps, why = _qk_norm(module, heads, kv_heads, head_dim)
+    sinks = getattr(module, "sinks", None)
+    bias = "".join(s for s, p in zip("qkvo", (q, k, v, out)) if p.bias is not None)
+    if why or stray:
+        return kind, None, "not covered: " + (why or f"sub-modules {', '.join(stray)} outside the theory")
+    spec = AttentionSpec.create(d_model=q.in_features, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                v_head_dim=v_head_dim, bias=bias or "none", rope_dims=rope_dims, rope_base=base,
+                                causal=bool(getattr(module, "is_causal", True)) and kind != "cross_attention",
+                                norm="sink" if sinks is not None else "softmax", sink_learned=sinks is not None,
+                                qk_norm=qk_norm, qk_norm_eps=eps, window=window,
+                                chunk=getattr(text, "attention_chunk_size", None) if kind == "chunked_attention" else None)
+    if sem.gate == "q_proj":
+        return kind, GatedSpec(spec, "elementwise", gate_bias=q.bias is not None), ""
+    if sem.gate == "g_proj":
+        return kind, GatedSpec(spec, "headwise", gate_bias=children["g_proj"].bias is not None), ""
+    return kind, spec, ""
+
+
+INDEXER_NOTE = ("a top-k indexer (DeepSeek sparse attention) only chooses the keys each query sees: its {n:,} parameters "
+                "are unidentified at inputs with no tie at the k-th score, and at any input of at most k = {k:,} tokens "
+                "(prop-sparse-indexer)")
+
+
+def _latent(path: str, module: Any, text: Any) -> tuple[str, Any, str]:
+    """(layer type, MLA layout, note) of a multi-head latent attention module, read by its family from the config."""
+    from attnid import families
+    fields = text.to_dict()
+    fields["num_key_value_heads"] = fields["num_attention_heads"]  # the MLA module has one key/value head per head
+    spec, _ = families.family_named("latent").from_hf_config(fields)  # type: ignore[misc]
+    return _kind(path, module, text, None), spec, ""
+
+
+def _with_indexer(group: LayerGroup, parameters: int, top_k: int) -> LayerGroup:
+    """``group`` with a sparse indexer's parameters added to the total and, by prop-sparse-indexer, to the unidentified."""
+    from dataclasses import replace
+    count = group.count
+    assert count is not None
+    unidentified = None if count.unidentified is None else count.unidentified + parameters
+    breakdown = {**count.breakdown, "indexer": parameters} if count.breakdown else {}
+    note = "; ".join(n for n in (group.note, INDEXER_NOTE.format(n=parameters, k=top_k)) if n)
+    return replace(group, count=replace(count, total=count.total + parameters, unidentified=unidentified,
+                                        breakdown=breakdown), note=note)
+
+
+def _group(path: str, module: Any, text: Any) -> tuple[tuple[str, str], LayerGroup]:
+    """One layer's group (one layer) and the key it is grouped by."""
+    cls = type(module).__name__
+    sem = ATTENTION_CLASSES[cls]
+    params = _parameters(module)
+    if sem.outside:
+        kind = _kind(path, module, text, None)
+        return (kind, cls), _listed(kind, params, f"not covered: {cls} has {sem.outside}")
+    kind, layout, note = _latent(path, module, text) if sem.rope == "latent" else _layout(path, module, text, sem)
+    if layout is None:
+        return (kind, note), _listed(kind, params, note)
+    for name, why in BENDS.items():
+        if getattr(module, name, None) or getattr(text, name, None):
+            note = f"not covered: {why}"
+    if kind == "cross_attention":
+        note = note or CROSS_NOTE
+    group = LayerGroup.from_layout(kind, 1, layout, note if note.startswith("not covered") else "")
+    if note and not note.startswith("not covered"):
+        group = LayerGroup(group.kind, 1, group.count, note)
+    indexer = getattr(module, "indexer", None)
+    if indexer is not None and group.count is not None:
+        group = _with_indexer(group, _parameters(indexer), int(getattr(indexer, "index_topk", 0)))
+    if group.total != params:
+        group = _listed(kind, params, f"not covered: {cls} holds {params:,} parameters, the layout {group.total:,}")
+    return (kind, group.description), group
+
+
+def _listed(kind: str, parameters: int, note: str) -> LayerGroup:
+    return LayerGroup.not_counted(kind, 1, note, parameters=parameters)
+
+
+def _stacks(model: Any, attention: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """(path, ModuleList) of every layer stack: a ModuleList one of whose entries holds attention."""
+    import torch
+    paths = [p for p, _ in attention]
+    stacks: list[tuple[str, Any]] = []
+    for name, m in model.named_modules():
+        if (isinstance(m, torch.nn.ModuleList) and any(p.startswith(f"{name}.") for p in paths)
+                and not any(name.startswith(f"{s}.") for s, _ in stacks)):  # not a list inside a layer of a stack
+            stacks.append((name, m))
+    return stacks
+
+
+def _other_layers(model: Any, attention: list[tuple[str, Any]], text: Any) -> list[tuple[tuple[str, str], LayerGroup]]:
+    """Layers of each stack with no attention in them, listed with their token mixer's parameters."""
+    import torch
+    found: list[tuple[tuple[str, str], LayerGroup]] = []
+    paths = [p for p, _ in attention]
+    types = getattr(text, "layer_types", None)
+    for name, stack in _stacks(model, attention):
+        for i, layer in enumerate(stack):
+            if any(p.startswith(f"{name}.{i}.") for p in paths):
+                continue
+            mixer = next((getattr(layer, n) for n in MIXER_NAMES if isinstance(getattr(layer, n, None), torch.nn.Module)),
+                         None)
+            kind = types[i] if isinstance(types, list) and len(types) == len(stack) else type(mixer or layer).__name__
+            what = type(mixer).__name__ if mixer is not None else f"{type(layer).__name__}, no token mixer"
+            found.append(((kind, what), _listed(kind, _parameters(mixer or layer),
+                                                f"no softmax attention ({what}): outside the theory")))
+    return found
+
+
+def meta_groups(model: Any, text: Any, declinable: bool) -> list[LayerGroup]:
+    """Every layer of ``model`` grouped by type and layout, attention counted and other layers listed."""
+    attention = attention_modules(model)
+    unknown = sorted({type(m).__name__ for p, m in attention if type(m).__name__ not in ATTENTION_CLASSES
+                      and not any(w in p.lower() for w in VISION_WORDS)})
+    if unknown and declinable:
+        raise MetaRouteDeclined(", ".join(unknown))
+    keyed: list[tuple[tuple[str, str], LayerGroup]] = []
+    for path, module in attention:
+        cls = type(module).__name__
+        if cls not in ATTENTION_CLASSES:
+            kind = _kind(path, module, text, None)
+            keyed.append(((kind, cls), _listed(kind, _parameters(module),
+                                               f"not covered: attention class {cls} is not in attnid's table")))
+            continue
+        keyed.append(_group(path, module, text))
+    keyed.extend(_other_layers(model, attention, text))
+    if not keyed:
+        keyed.append((("no_attention", ""), _listed(type(model).__name__, _parameters(model),
+                                                    "no attention layer in this model: outside the theory")))
+    order: dict[tuple[str, str], LayerGroup] = {}
+    for key, group in keyed:
+        order[key] = group if key not in order else LayerGroup(group.kind, order[key].layers + 1, group.count,
+                                                               group.note, group.parameters)
+    return _named(list(order.values()))
+
+
+def _named(groups: list[LayerGroup]) -> list[LayerGroup]:
+    """Groups of one layer type but different layouts get distinct names (kind, kind 2, ...)."""
+    seen: dict[str, int] = {}
+    named = []
+    for g in groups:
+        seen[g.kind] = seen.get(g.kind, 0) + 1
+        named.append(g if seen[g.kind] == 1 else LayerGroup(f"{g.kind} {seen[g.kind]}", g.layers, g.count, g.note,
+                                                            g.parameters))
+    return named
+
+
+def ignored_fields(text: Any) -> list[Ignored]:
+    """Fields of the config that shape the functions but not the counts (RoPE scaling)."""
+    params = getattr(text, "rope_parameters", None) or {}
+    flat = [params] if not all(isinstance(v, dict) for v in params.values()) else list(params.values())
+    scaled = sorted({p.get("rope_type") for p in flat if p.get("rope_type") not in (None, "default")})
+    return [Ignored("rope_parameters", params, ROPE_SCALING_WHY + f" (rope_type {', '.join(scaled)})")] if scaled else []
+
+
+def meta_count(data: dict[str, Any], where: str, declinable: bool) -> ModelCount:
+    """The route's ``ModelCount`` for a configuration whose ``model_type`` transformers knows."""
+    _checked(data, where)
+    config = transformers_config(data, where)
+    text = text_config(config)
+    groups = meta_groups(meta_model(config, where), text, declinable)
+    pruned = getattr(text, "pruned_heads", None)
+    if pruned:
+        groups = [LayerGroup(g.kind, g.layers, withheld(g.count), "not covered: pruned heads", g.parameters)
+                  if g.count is not None else g for g in groups]
+    return ModelCount(where, data["model_type"], groups, ignored_fields(text), [], _defaults(data, text), "transformers")
+
+
+def _checked(data: dict[str, Any], where: str) -> None:
+    """The file's widths, counts and RoPE fraction, checked by the rules every other door applies (``attnid.fields``)."""
+    for part, label in ((data, where), *((data[k], f"{where} ({k})") for k in ("text_config", "llm_config")
+                                         if isinstance(data.get(k), dict))):
+        cfg = Config(part, label)
+        for name in CONFIG_FIELDS:
+            if cfg.has(name):
+                cfg.integer(name)
+        if cfg.has("partial_rotary_factor"):
+            rope_fraction(cfg, 1.0)
+
+
+def _defaults(data: dict[str, Any], text: Any) -> list[Ignored]:
+    """Attention-shaping fields of the language model that the file leaves out and transformers fills."""
+    given = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    filled = text.to_dict()
+    names = [n for n in (*CONFIG_FIELDS, "partial_rotary_factor", "rope_parameters", "attention_bias", "layer_types")
+             if n in filled and filled[n] is not None and n not in given and n not in data]
+    return [Ignored(n, filled[n], f"not in the file: the default of transformers' {type(text).__name__}")
+            for n in dict.fromkeys(names)]
+
+
+def text_config(config: Any) -> Any:
+    """The language model's config (the config itself for a text-only model)."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+__all__ = ["ATTENTION_CLASSES", "MetaRouteDeclined", "Semantics", "attention_modules", "ignored_fields", "known",
+           "meta_count", "meta_groups", "meta_model", "text_config", "transformers_config"]
