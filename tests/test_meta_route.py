@@ -1,0 +1,133 @@
+"""The route of ``count --config`` through the modules transformers builds (``attnid.hf.meta``).
+
+Cross-checks it against attnid's own readers on every published config we keep, and checks what only it reads:
+hybrids, encoder-decoders (cross-attention against the float64 Jacobian of transformers' own module), defaults
+filled by transformers' config class, and the sparse indexer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnid.hf import meta
+from attnid.hf.config import count_config, read_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+SAME_BOTH_WAYS = ("command-r7b", "glm-4-9b", "glm-4.5", "granite-3.0-8b", "llama-3-8b", "mixtral-8x7b",
+                  "nemotron-minitron-8b", "olmoe-1b-7b", "qwen3-30b-a3b", "qwen3-8b", "qwen3-next-80b-a3b",
+                  "starcoder2-15b")
+
+
+def _counted(m: object) -> list[tuple[int, int, int | None]]:
+    return sorted((g.layers, g.total, g.unidentified) for g in m.counted)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("folder", SAME_BOTH_WAYS)
+def test_both_routes_count_a_published_config_alike(folder: str) -> None:
+    data, where = read_config(FIXTURES / folder)
+    reader, built = count_config(data, where, route="reader"), count_config(data, where, route="transformers")
+    assert built.route == "transformers" and _counted(reader) == _counted(built)
+    assert count_config(data, where).route == "transformers"  # the default way for a type transformers knows
+
+
+def test_a_class_outside_the_table_goes_to_the_reader_or_is_named() -> None:
+    data, where = read_config(FIXTURES / "persimmon-8b")  # PersimmonAttention: one fused query_key_value
+    assert count_config(data, where).route == "reader"
+    built = count_config(data, where, route="transformers")
+    assert "PersimmonAttention is not in attnid's table" in built.groups[0].note and built.groups[0].count is None
+
+
+def test_gpt_j_ignores_a_field_its_model_never_reads() -> None:
+    data, where = read_config(FIXTURES / "gpt-j-6b")
+    m = count_config({**data, "window_size": 256}, where)  # a leftover field: GPTJAttention has no window
+    (group,) = m.groups
+    assert group.unidentified is not None and group.spec.window is None and group.spec.rope_dims == 64
+
+
+def test_qwen_72b_reads_rotary_emb_base() -> None:
+    data, where = read_config(FIXTURES / "qwen-7b")  # model_type qwen: remote code, attnid's reader
+    published = {"hidden_size": 8192, "num_attention_heads": 64, "num_hidden_layers": 80, "kv_channels": 128,
+                  "rotary_emb_base": 1000000, "use_dynamic_ntk": False, "use_logn_attn": False}
+    (group,) = count_config({**data, **published}, where).groups
+    # full RoPE: the rotations' commutant, d_k per head, on the query-key side; GL(d_v) per head on the value side
+    assert group.spec.rope_base == 1e6 and group.unidentified == 64 * 128 + 64 * 128 * 128
+
+
+def test_defaults_of_transformers_are_listed() -> None:
+    m = count_config({"model_type": "llama", "num_hidden_layers": 2})
+    fields = {d.field: d.value for d in m.defaults}
+    assert fields["hidden_size"] == 4096 and fields["num_attention_heads"] == 32
+    assert m.counted[0].spec.d_model == 4096
+
+
+def test_a_hybrid_lists_its_other_layers_with_their_parameters() -> None:
+    cfg = {"model_type": "nemotron_h", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "num_hidden_layers": 4, "layers_block_type": ["mamba", "attention", "mlp", "mamba"],
+           "mamba_num_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 1, "intermediate_size": 64,
+           "vocab_size": 32}
+    try:
+        m = count_config(cfg)
+    except ValueError as exc:  # this transformers spells the layer list another way
+        pytest.skip(str(exc))
+    kinds = {g.kind: g for g in m.groups}
+    attention = [g for g in m.groups if g.attention]
+    assert len(attention) == 1 and attention[0].layers == 1 and attention[0].spec.rope_dims == 0
+    others = [g for g in m.groups if not g.attention]
+    assert others and all(g.parameters and "outside the theory" in g.note for g in others), kinds
+
+
+def test_a_model_without_attention_is_listed_not_refused() -> None:
+    m = count_config({"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 32})
+    assert not m.counted and m.groups[0].parameters and "no attention layer" in m.groups[0].note
+
+
+def test_sparse_indexer_parameters_are_unidentified() -> None:
+    from transformers import DeepseekV32Config
+    cfg = DeepseekV32Config(hidden_size=64, num_attention_heads=4, num_hidden_layers=1, q_lora_rank=16,
+                            kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, index_n_heads=2,
+                            index_head_dim=16, index_topk=4, vocab_size=32, first_k_dense_replace=1,
+                            intermediate_size=32).to_dict()
+    with_indexer = count_config(cfg).groups[0]
+    plain = count_config({**cfg, "model_type": "deepseek_v3"}).groups[0]
+    extra = with_indexer.total - plain.total
+    assert extra > 0 and with_indexer.unidentified == plain.unidentified + extra
+    assert with_indexer.breakdown.get("indexer", extra) == extra and "prop-sparse-indexer" in with_indexer.note
+
+
+def _jacobian_nullity(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    names = [n for n, _ in module.named_parameters()]
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    shapes = [p.shape for p in module.parameters()]
+
+    def f(theta: torch.Tensor) -> torch.Tensor:
+        params, i = {}, 0
+        for n, s in zip(names, shapes):
+            params[n] = theta[i:i + s.numel()].reshape(s)
+            i += s.numel()
+        return torch.func.functional_call(module, params, (x,), {"key_value_states": y})[0].reshape(-1)
+
+    jac = torch.func.jacrev(f)(flat)
+    s = torch.linalg.svdvals(jac)
+    return int(flat.numel() - (s > s[0] * flat.numel() * torch.finfo(torch.float64).eps).sum())  # rank rule
+
+
+def test_cross_attention_count_matches_the_jacobian_of_transformers_own_module() -> None:
+    from transformers import BartConfig
+    from transformers.models.bart.modeling_bart import BartAttention
+    cfg = BartConfig(d_model=8, encoder_attention_heads=2, decoder_attention_heads=2, encoder_layers=1,
+                     decoder_layers=1, vocab_size=16, max_position_embeddings=16, encoder_ffn_dim=8,
+                     decoder_ffn_dim=8)
+    counted = {g.kind: g for g in count_config(cfg.to_dict()).groups}
+    cross = counted["cross_attention"]
+    torch.manual_seed(0)
+    module = BartAttention(8, 2, is_decoder=True, bias=True, config=cfg).double()
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    x, y = torch.randn(4, 12, 8, dtype=torch.float64), torch.randn(4, 7, 8, dtype=torch.float64)  # 384 rows, P 288
+    assert cross.total == sum(p.numel() for p in module.parameters())
+    assert _jacobian_nullity(module, x, y) == cross.unidentified
+    assert json.dumps(count_config(cfg.to_dict()).record())  # the record stays JSON
