@@ -1,7 +1,6 @@
 """Whole-model counts from a Hugging Face config.json: published configs, every family, the registry, bad input."""
 
 import json
-from functools import partial
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,11 +9,6 @@ import pytest
 from attnid.hf.config import MAPPERS, Config, LayerGroup, count_config, model_count, register, supported_types
 from attnid.layout import Count
 from attnid.spec import AttentionSpec
-
-# These tests read configs through attnid's own readers, the route for model types transformers does not know;
-# tests/test_meta_route.py covers the route through transformers' modules and cross-checks the two.
-count_config = partial(count_config, route="reader")
-model_count = partial(model_count, route="reader")
 
 CLI = Callable[..., tuple[int, str, str]]  # the fixture ``cli`` (conftest.py): args -> (exit code, stdout, stderr)
 
@@ -72,8 +66,9 @@ def test_folder_and_file_paths_give_the_same_count() -> None:
 
 
 def test_registry_covers_the_census_families() -> None:
-    assert REQUIRED_TYPES <= set(supported_types())
-    assert {"deepseek_v2", "deepseek_v3", "kimi_k2"} <= set(MAPPERS)  # multi-head latent attention, via attnid.families.mla
+    from attnid.hf import meta
+    assert all(t in supported_types() or meta.known(t) for t in REQUIRED_TYPES)  # a reader, or transformers' modules
+    assert {"kimi_k2"} <= set(MAPPERS) and meta.known("deepseek_v3")  # latent attention: remote code, or transformers
 
 
 def test_unknown_model_type_is_exit_2_naming_the_supported_ones(cli: CLI, tmp_path: Path) -> None:
@@ -81,7 +76,8 @@ def test_unknown_model_type_is_exit_2_naming_the_supported_ones(cli: CLI, tmp_pa
     path.write_text(json.dumps({"model_type": "not_a_model", "hidden_size": 5120}))  # neither transformers nor attnid
     code, out, err = cli("count", "--config", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "model_type \"not_a_model\" is not supported; supported: " in err and "qwen3" in err and "llama" in err
+    assert "model_type \"not_a_model\" is not supported; supported: every model type transformers knows" in err
+    assert "qwen" in err and "gpt2" in err  # and the types attnid's readers read
 
 
 def test_a_plugged_in_mapper_is_used(tmp_path: Path) -> None:
@@ -102,33 +98,36 @@ def test_a_plugged_in_mapper_is_used(tmp_path: Path) -> None:
 
 def test_ignored_fields_are_listed_never_dropped() -> None:
     cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
-    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}  # as Llama 3.1 ships
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192}  # as Llama 3.1 ships
     cfg["attn_new_feature"] = 3
     m = count_config(cfg)
     fields = {i.field: i.why for i in m.ignored}
-    assert "RoPE scaling" in fields["rope_scaling"]
-    assert fields["attn_new_feature"] == "not read by the llama mapper"
-    assert "vocab_size" in m.not_attention and "vocab_size" not in fields
-    assert m.unidentified is None and m.total == 32 * 41_943_040  # an unknown attention field withholds the count
-    assert all("attn_new_feature may describe the attention" in g.note for g in m.counted)
-    del cfg["attn_new_feature"]
-    assert count_config(cfg).unidentified == 32 * 132_096  # RoPE scaling alone changes no count
+    assert "RoPE scaling" in fields["rope_parameters"] and "llama3" in fields["rope_parameters"]
+    # a field transformers' config class does not define is listed: the model transformers builds never reads it
+    assert fields["attn_new_feature"] == "not a field of transformers' LlamaConfig: the model it builds never reads it"
+    assert m.unidentified == 32 * 132_096  # RoPE scaling changes no count
 
 
-def test_an_unread_switch_that_is_off_is_listed_but_one_on_the_mask_withholds_the_count() -> None:
-    cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
-    m = count_config({**cfg, "qk_layernorm": False, "_attn_implementation_autoset": True})
-    assert m.unidentified == 32 * 132_096
-    assert {i.field: i.why for i in m.ignored}["qk_layernorm"].endswith("a switch that is off, so no feature it could add")
+def test_the_readers_list_unread_fields_and_withhold_on_an_unknown_switch() -> None:
+    cfg = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2}  # GPT2Attention: read by attnid's reader
+    base = count_config(cfg)
+    assert base.route == "reader" and base.unidentified is not None
+    m = count_config({**cfg, "qk_layernorm": False, "attn_new_feature": 3})
+    fields = {i.field: i.why for i in m.ignored}
+    assert fields["qk_layernorm"].endswith("a switch that is off, so no feature it could add")
+    assert fields["attn_new_feature"] == "not read by the gpt2 mapper"
+    assert m.unidentified is None and all("attn_new_feature may describe the attention" in g.note for g in m.counted)
     for name in ("is_causal", "use_bidirectional_attention"):  # an off flag here could change which keys a query sees
         withheld = count_config({**cfg, name: False})
         assert withheld.unidentified is None and all(name in g.note for g in withheld.counted)
 
 
-def test_rope_theta_beside_rope_parameters_must_agree() -> None:
-    cfg = json.loads((FIXTURES / "llama-3-8b" / "config.json").read_text())
+def test_rope_theta_beside_rope_parameters_must_agree_in_the_readers() -> None:
+    cfg = {"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}
     params = {"rope_type": "default", "rope_theta": 500000.0}
-    assert count_config({**cfg, "rope_theta": 500000.0, "rope_parameters": params}).unidentified == 32 * 132_096
+    agreeing = count_config({**cfg, "rope_theta": 500000.0, "rope_parameters": params})
+    assert agreeing.route == "reader" and agreeing.counted[0].spec.rope_base == 500000.0
     with pytest.raises(ValueError, match="'rope_theta' is 10000.0 but rope_parameters.rope_theta is 500000.0"):
         count_config({**cfg, "rope_theta": 10000.0, "rope_parameters": params})
 
@@ -147,17 +146,16 @@ def test_local_and_global_layers_are_counted_per_layer_type() -> None:
     # a window this wide does not change the count: local and global layers count the same
     assert by_kind["sliding_attention"].unidentified == by_kind["full_attention"].unidentified
     assert m.unidentified == sum(g.unidentified * g.layers for g in m.groups)
-    assert any(i.field == "query_pre_attn_scalar" for i in m.ignored)
 
 
 def test_layers_without_attention_are_counted_apart() -> None:
-    cfg = json.loads((FIXTURES / "qwen3-8b" / "config.json").read_text())
-    cfg["layer_types"] = ["full_attention"] * 27 + ["linear_attention"] * 9
-    m = count_config(cfg)
+    m = count_config(json.loads((FIXTURES / "qwen3-next-80b-a3b" / "config.json").read_text()))
     kinds = {g.kind: g for g in m.groups}
-    assert kinds["linear_attention"].layers == 9 and not kinds["linear_attention"].attention
-    assert kinds["linear_attention"].unidentified is None
-    assert m.unidentified == 27 * 131_136  # the whole-model count covers the attention layers it counts
+    linear = kinds["linear_attention"]
+    assert linear.layers == 36 and not linear.attention and linear.unidentified is None
+    assert linear.parameters and "Qwen3NextGatedDeltaNet" in linear.note  # listed with its parameters
+    full = kinds["full_attention"]
+    assert m.unidentified == full.layers * full.unidentified  # the count covers the attention layers it counts
 
 
 TRANSFORMERS_DEFAULTS = [
@@ -266,7 +264,7 @@ def test_deepseek_v3_and_kimi_configs_are_counted_as_latent_attention() -> None:
     kimi = {**cfg, "model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64, "rope_theta": 50000.0}
     assert count_config(kimi).groups[0].unidentified == c * (c + 1) // 2 + cq * (cq + 1) // 2 + 64 * (dn**2 + dv**2) + dr
     wrapped = {"model_type": "kimi_k25", "text_config": kimi, "vision_config": {}}
-    assert count_config(wrapped).groups[0].unidentified == count_config(kimi).groups[0].unidentified
+    assert count_config(wrapped).counted[0].unidentified == count_config(kimi).groups[0].unidentified
 
 
 def test_falcon_40b_original_config_builds_n_head_kv_groups() -> None:

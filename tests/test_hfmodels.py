@@ -11,18 +11,12 @@ norm spans the whole width).
 
 from __future__ import annotations
 
-from functools import partial
 
 from pathlib import Path
 
 import pytest
 
 from attnid.hf.config import count_config, model_count
-
-# These tests read configs through attnid's own readers, the route for model types transformers does not know;
-# tests/test_meta_route.py covers the route through transformers' modules and cross-checks the two.
-count_config = partial(count_config, route="reader")
-model_count = partial(model_count, route="reader")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -68,7 +62,7 @@ COUNTED = {
     "glm-4.5": [("full_attention", 92, dict(d=5120, h=96, g=8, dk=128, r=64, bias="qkv", qk_norm="shared"))],
     "olmoe-1b-7b": [("full_attention", 16, dict(d=2048, h=16, g=16, dk=128, r=128, qk_norm="full"))],
     "command-r7b": [("sliding_attention", 24, dict(d=4096, h=32, g=8, dk=128, r=128)),
-                    ("full_attention", 8, dict(d=4096, h=32, g=8, dk=128))],
+                    ("full_attention (no RoPE)", 8, dict(d=4096, h=32, g=8, dk=128))],
     "jamba-v0.1": [("full_attention", 4, dict(d=4096, h=32, g=8, dk=128))],
     "nemotron-4-minitron-4b": [("full_attention", 32, dict(d=3072, h=24, g=8, dk=128, r=64))],
     "nemotron-minitron-8b": [("full_attention", 40, dict(d=4096, h=32, g=8, dk=128, r=128))],

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnid.hf import meta
 from attnid.hf.config import count_config, read_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -27,11 +26,12 @@ def _counted(m: object) -> list[tuple[int, int, int | None]]:
 
 
 @pytest.mark.parametrize("folder", SAME_BOTH_WAYS)
-def test_both_routes_count_a_published_config_alike(folder: str) -> None:
+def test_a_published_config_of_a_type_transformers_knows_goes_through_its_modules(folder: str) -> None:
+    # Before their readers were retired, both routes gave the same counts on these twelve configs and on the
+    # defaults of some forty config classes; tests/test_hfmodels.py checks the counts against closed forms.
     data, where = read_config(FIXTURES / folder)
-    reader, built = count_config(data, where, route="reader"), count_config(data, where, route="transformers")
-    assert built.route == "transformers" and _counted(reader) == _counted(built)
-    assert count_config(data, where).route == "transformers"  # the default way for a type transformers knows
+    m = count_config(data, where)
+    assert m.route == "transformers" and m.counted and _counted(m) == _counted(count_config(data, where, "transformers"))
 
 
 def test_a_class_outside_the_table_goes_to_the_reader_or_is_named() -> None:
@@ -131,3 +131,18 @@ def test_cross_attention_count_matches_the_jacobian_of_transformers_own_module()
     assert cross.total == sum(p.numel() for p in module.parameters())
     assert _jacobian_nullity(module, x, y) == cross.unidentified
     assert json.dumps(count_config(cfg.to_dict()).record())  # the record stays JSON
+
+
+def test_config_accepts_the_id_of_a_model_in_the_local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+    snapshot = tmp_path / "models--acme--tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((FIXTURES / "llama-3-8b" / "config.json").read_text())
+    (tmp_path / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny" / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    from attnid.hf.config import model_count
+    by_id = model_count("acme/tiny")
+    assert _counted(by_id) == _counted(model_count(FIXTURES / "llama-3-8b"))
+    with pytest.raises(ValueError, match="cannot read"):
+        model_count("acme/absent")  # not in the cache: the path's own error, one line

@@ -64,7 +64,7 @@ _GROUP = _closed("One type of layer of the model.", {
     "attention": {"type": "boolean", "description": "whether the layers are counted (softmax attention of a known family)"},
     "layout": {"type": "string", "description": "the layout in words, or what the layers are"},
     "layout_fields": {"type": ["object", "null"]},
-    "parameters_per_layer": _INT_OR_NULL,
+    "parameters_per_layer": {**_INT_OR_NULL, "description": "of one layer; for layers not counted, where known"},
     "unidentified_per_layer": _INT_OR_NULL,
     "ratio": _RATIO,
     "breakdown": _COUNTS,
@@ -95,6 +95,12 @@ CONFIG = {"$schema": DIALECT, "title": "attnid count --config PATH --json", **_c
         "ignored": {"type": "array", "items": _closed("A field that does not enter the counts, and why.", {
             "field": {"type": "string"}, "value": {}, "why": {"type": "string"}})},
         "not_attention_fields": {"type": "array", "items": {"type": "string"}},
+        "defaults": {"type": "array", "description": "fields the file leaves out that transformers' config class "
+                     "fills (the model it builds has these values)", "items": _closed(
+                         "A field and the value transformers gives it.", {
+                             "field": {"type": "string"}, "value": {}, "why": {"type": "string"}})},
+        "route": {"enum": ["transformers", "reader"], "description": "read from the modules transformers builds "
+                  "on the meta device, or by attnid's reader for the model type"},
         "whole_model": {**_WHOLE, "description": "with --whole-model: the model architectures[0] builds, head included"},
         "base": {**_WHOLE, "description": "with --whole-model: its backbone, whose output is the last hidden state"},
     }, optional=("whole_model", "base"))}

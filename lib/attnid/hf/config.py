@@ -23,6 +23,7 @@ family's own config reader (``map_mla``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,94 +33,13 @@ from attnid.families.alibi import AlibiSpec
 from attnid.fields import shown_path
 from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, LAYER_KINDS, MAPPERS, MAX_CONFIG_BYTES, NEVER_OFF_SWITCH,
                      ROPE_SCALING_WHY, SILENT,
-                     WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _decoder,
-                     _heads, _qwen_kinds, _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds,
+                     WRAPPERS, Config, Ignored, LayerGroup, Mapper, ModelCount, _bias_all, _cross_attention, _heads, _shown, _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds,
                      register, rope_base, rope_fraction, rope_layers, supported_types)
 from attnid.spec import AttentionSpec
 
 __all__ = ["ATTENTION_WORDS", "CONFIG_FIELDS", "LAYER_KINDS", "MAPPERS", "MAX_CONFIG_BYTES", "ROPE_SCALING_WHY",
            "SILENT", "WRAPPERS", "Config", "Ignored", "LayerGroup", "Mapper", "ModelCount", "count_config", "group_layers",
            "layer_kinds", "model_count", "read_config", "register", "rope_base", "rope_fraction", "supported_types"]
-
-
-def map_llama(cfg: Config) -> list[LayerGroup]:
-    """Llama 2/3: GQA with RoPE on every layer, biases from attention_bias."""
-    return _decoder(cfg, bias=_bias_all(cfg))
-
-
-def map_mistral(cfg: Config) -> list[LayerGroup]:
-    """Mistral (and Mixtral's attention): GQA with RoPE, no biases, a sliding window on every layer when given."""
-    n = cfg.layers()
-    window = cfg.value("sliding_window", None)
-    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if window is None else "sliding_attention")
-    return _decoder(cfg, bias="none", kinds=kinds)
-
-
-def map_qwen2(cfg: Config) -> list[LayerGroup]:
-    """Qwen2/2.5: GQA with RoPE, biases on q, k and v (not o), sliding windows per use_sliding_window."""
-    return _decoder(cfg, bias="qkv", kinds=_qwen_kinds(cfg, cfg.layers()))
-
-
-def map_qwen3(cfg: Config) -> list[LayerGroup]:
-    """Qwen3: GQA with RoPE and a shared QK-norm (one weight vector over head_dim for all heads)."""
-    # transformers' Qwen3Config: head_dim 128 unless given; q_norm and k_norm over head_dim, shared by the heads
-    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", head_dim_default=128, kinds=_qwen_kinds(cfg, cfg.layers()))
-
-
-def map_olmo2(cfg: Config) -> list[LayerGroup]:
-    """OLMo-2: a QK-norm over the whole projection width ('full'), eps 1e-5 unless given."""
-    # q_norm over num_attention_heads * head_dim, k_norm over num_key_value_heads * head_dim (Olmo2Attention)
-    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-5)
-
-
-def map_gemma(cfg: Config) -> list[LayerGroup]:
-    """Gemma 1: multi-head or multi-query attention with RoPE, head_dim 256 unless given."""
-    return _decoder(cfg, bias=_bias_all(cfg), head_dim_default=256)
-
-
-def _score_scale(cfg: Config) -> None:
-    if cfg.has("query_pre_attn_scalar"):
-        cfg.ignore("query_pre_attn_scalar", "scores are scaled by query_pre_attn_scalar^-1/2 instead of "
-                   "head_dim^-1/2: a constant factor, which no count depends on")
-
-
-def _softcap_note(cfg: Config) -> str:
-    cap = cfg.value("attn_logit_softcapping", None)
-    if cap is None:
-        return ""
-    return (f"not covered: attention logit soft-capping ({_shown(cap)} tanh(s / {_shown(cap)})) bends every score; "
-            "no theorem of the book covers it")
-
-
-def map_gemma2(cfg: Config) -> list[LayerGroup]:
-    """Gemma 2: alternating sliding and full layers; logit soft-capping withheld (not covered), the score scale a constant."""
-    n = cfg.layers()
-    _score_scale(cfg)
-    cap = _softcap_note(cfg)
-    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention")
-    groups = _decoder(cfg, bias=_bias_all(cfg), head_dim_default=256, kinds=kinds)
-    return [_uncover(g, cap) for g in groups] if cap else groups
-
-
-def map_gemma3(cfg: Config) -> list[LayerGroup]:
-    """Gemma 3: five sliding layers to one full (sliding_window_pattern), a shared QK-norm, a RoPE base per layer type."""
-    n = cfg.layers()
-    _score_scale(cfg)
-    cap = _softcap_note(cfg)
-    pattern = cfg.integer("sliding_window_pattern", 6, "_sliding_window_pattern")
-    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention")
-    keyed = cfg.raw.get("rope_parameters")
-    local_params = keyed.get("sliding_attention") if isinstance(keyed, dict) else None
-    if isinstance(local_params, dict) and local_params.get("rope_theta") is not None:
-        local = float(local_params["rope_theta"])  # transformers 5: rope_parameters keyed by layer type
-    else:
-        local = cfg.number("rope_local_base_freq", 10000.0)
-    if cfg.flag("use_bidirectional_attention", False):
-        raise ValueError(f"{cfg.where}: use_bidirectional_attention is true: bidirectional sliding windows are not a "
-                         "layout attnid describes")
-    groups = _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", head_dim_default=256, kinds=kinds,
-                      base_default=1_000_000.0, local_base=local)
-    return [_uncover(g, cap) for g in groups] if cap else groups
 
 
 def map_llama4(cfg: Config) -> list[LayerGroup]:
@@ -158,25 +78,6 @@ def map_llama4(cfg: Config) -> list[LayerGroup]:
                      chunk=chunk if kind == "chunked_attention" else None, window=_window(cfg, kind))
 
     return group_layers(labels, make)
-
-
-def map_gpt_oss(cfg: Config) -> list[LayerGroup]:
-    """gpt-oss: alternating sliding and full layers, biases on every projection, a learned sink logit per head."""
-    n = cfg.layers()
-    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention")
-    return _decoder(cfg, bias=_bias_all(cfg, default=True), head_dim_default=64, kinds=kinds, base_default=150000.0,
-                    norm="sink", sink=True)
-
-
-def map_phi(cfg: Config) -> list[LayerGroup]:
-    """Phi-1/2: multi-head attention with partial RoPE and biases everywhere; qk_layernorm is not covered."""
-    if cfg.flag("qk_layernorm", False):
-        note = ("not covered: qk_layernorm applies a LayerNorm (centring, scale and bias) to the queries and keys, "
-                "not the RMSNorm of chapter 7b")
-    else:
-        note = ""
-    groups = _decoder(cfg, bias="qkvo", fraction=rope_fraction(cfg, 0.5))
-    return [_uncover(g, note) for g in groups] if note else groups
 
 
 def map_gpt_neox(cfg: Config) -> list[LayerGroup]:
@@ -238,15 +139,15 @@ def map_bert(cfg: Config) -> list[LayerGroup]:
     return [LayerGroup.from_layout("full_attention", n, spec, note=note), *_cross_attention(cfg, n)]
 
 
+# Model types whose attention classes attnid.hf.meta's table does not describe, and remote-code types transformers
+# does not know; every other type is read through transformers (attnid.hf.meta).
 for _type, _mapper in {
-    "llama": map_llama, "mistral": map_mistral, "qwen2": map_qwen2, "qwen3": map_qwen3, "olmo2": map_olmo2,
-    "gemma": map_gemma, "gemma2": map_gemma2, "gemma3": map_gemma3, "gemma3_text": map_gemma3,
-    "gpt_oss": map_gpt_oss, "llama4": map_llama4, "llama4_text": map_llama4, "phi": map_phi, "gpt_neox": map_gpt_neox, "falcon": map_falcon,
+    "llama4": map_llama4, "llama4_text": map_llama4, "gpt_neox": map_gpt_neox, "falcon": map_falcon,
     "RefinedWebModel": map_falcon, "RefinedWeb": map_falcon, "gpt2": map_gpt2, "bert": map_bert,
 }.items():
     register(_type, _mapper)
 
-WRAPPERS.update({"gemma3": "text_config", "llama4": "text_config", "kimi_k25": "text_config"})
+WRAPPERS.update({"llama4": "text_config", "kimi_k25": "text_config"})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,8 +174,28 @@ for _type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):
     register(_type, map_mla)
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists (True when the system cannot tell: the file's own reading then says why)."""
+    try:
+        return path.exists()
+    except OSError:
+        return True
+
+
+def cached(model_id: str) -> Path | None:
+    """The config.json of ``model_id`` ('org/name') in the local Hugging Face cache (offline), or None."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", model_id):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+    found = try_to_load_from_cache(model_id, "config.json")
+    return Path(found) if isinstance(found, str) else None
+
+
 def read_config(path: Path | str) -> tuple[dict[str, Any], str]:
-    """(the JSON object, the file's path as text) from a config.json or a folder holding one."""
+    """(the JSON object, the file's path as text) from a config.json, a folder holding one, or the id of a model
+    in the local Hugging Face cache ('org/name', read offline)."""
+    if not _exists(Path(path)) and cached(str(path)) is not None:
+        path = cached(str(path))  # type: ignore[assignment]
     path = Path(path)
     where = shown_path(path)
     try:  # a name too long, or a folder the user may not enter, fails already here
@@ -328,7 +249,8 @@ def count_config(data: dict[str, Any], where: str = "config", route: str = "auto
             pass
     if not isinstance(model_type, str) or model_type not in MAPPERS:
         shown = "no model_type" if model_type is None else f"model_type {_shown(model_type)}"
-        raise ValueError(f"{where}: {shown} is not supported; supported: {', '.join(supported_types())}")
+        raise ValueError(f"{where}: {shown} is not supported; supported: every model type transformers knows, "
+                         f"and through attnid's readers {', '.join(supported_types())}")
     inner = WRAPPERS.get(model_type)
     if inner and isinstance(data.get(inner), dict):
         wrapped = data[inner]

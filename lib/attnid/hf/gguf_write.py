@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np

@@ -23,7 +23,8 @@ from typing import Any
 
 from attnid.families.gated import GatedSpec
 from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
-from attnid.hf.read import CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, Config, rope_fraction
+from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, SILENT, Config,
+                            rope_fraction)
 from attnid.spec import AttentionSpec
 
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
@@ -60,7 +61,8 @@ ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the cla
                      "Qwen3VLMoeTextAttention", "Qwen2_5_VLAttention", "Qwen2VLAttention", "Ernie4_5Attention",
                      "Ernie4_5_MoeAttention", "SeedOssAttention", "ApertusAttention", "ArceeAttention",
                      "HeliumAttention", "HunYuanDenseV1Attention", "HunYuanMoEV1Attention", "Dots1Attention",
-                     "MiMoV2FlashAttention", "FalconH1Attention", "GraniteMoeHybridAttention", "BambaAttention"), PLAIN),
+                     "MiMoV2FlashAttention", "FalconH1Attention", "GraniteMoeHybridAttention", "BambaAttention",
+                     "CohereAttention", "GraniteMoeSharedAttention"), PLAIN),
     **dict.fromkeys(("MistralAttention", "MixtralAttention", "Starcoder2Attention", "MinistralAttention",
                      "OlmoeAttention"), Semantics(window="config")),
     **dict.fromkeys(("Qwen3NextAttention", "Qwen3_5Attention", "Qwen3_5MoeAttention"), Semantics(gate="q_proj")),
@@ -70,15 +72,13 @@ ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the cla
     "Exaone4Attention": Semantics(rope="exaone4", window="is_sliding"),  # RoPE on sliding layers, or all without any
     "NemotronHAttention": NO_ROPE,
     "GPTJAttention": Semantics(rope="rotary_dim", window="none"),
-    "PhiAttention": Semantics(rope="rotary_ndims", window="none"),
+    **dict.fromkeys(("PhiAttention", "StableLmAttention"), Semantics(rope="rotary_ndims", window="none")),
     **dict.fromkeys(("BartAttention", "WhisperAttention", "OPTAttention", "MBartAttention", "MarianAttention",
                      "PegasusAttention", "M2M100Attention", "NllbMoeAttention", "BlenderbotAttention",
-                     "CLIPAttention", "SiglipAttention", "Siglip2Attention"), NO_ROPE),
+                     "CLIPAttention", "SiglipAttention", "Siglip2Attention", "XGLMAttention"), NO_ROPE),
     **dict.fromkeys(("DeepseekV2Attention", "DeepseekV3Attention", "DeepseekV32Attention", "GlmMoeDsaAttention"),
                     Semantics(rope="latent", window="none")),
     "Gemma4TextAttention": Semantics(outside="an RMSNorm without weights on the values (v_norm)"),
-    "Llama4TextAttention": Semantics(outside="an L2 norm on the queries and keys and a temperature on the queries"),
-    "Ministral3Attention": Semantics(outside="a position-dependent scale on the queries (llama_4_scaling_beta)"),
     "DeepseekV4Attention": Semantics(outside="compressed sparse attention (keys and values pooled over blocks of "
                                              "tokens, a top-k indexer, a grouped output projection)"),
 }
@@ -424,14 +424,34 @@ def ignored_fields(text: Any) -> list[Ignored]:
 def meta_count(data: dict[str, Any], where: str, declinable: bool) -> ModelCount:
     """The route's ``ModelCount`` for a configuration whose ``model_type`` transformers knows."""
     _checked(data, where)
-    config = transformers_config(data, where)
+    try:
+        config = transformers_config(data, where)
+        model = meta_model(config, where)
+    except ValueError as exc:  # transformers refuses the file or cannot build it: attnid's reader may still read it
+        if declinable:
+            raise MetaRouteDeclined(str(exc)) from None
+        raise
     text = text_config(config)
-    groups = meta_groups(meta_model(config, where), text, declinable)
+    groups = meta_groups(model, text, declinable)
     pruned = getattr(text, "pruned_heads", None)
     if pruned:
         groups = [LayerGroup(g.kind, g.layers, withheld(g.count), "not covered: pruned heads", g.parameters)
                   if g.count is not None else g for g in groups]
-    return ModelCount(where, data["model_type"], groups, ignored_fields(text), [], _defaults(data, text), "transformers")
+    ignored = ignored_fields(text) + _unknown(data, config)
+    return ModelCount(where, data["model_type"], groups, ignored, [], _defaults(data, text), "transformers")
+
+
+def _unknown(data: dict[str, Any], config: Any) -> list[Ignored]:
+    """Attention-looking fields of the file that ``config``'s class does not define and did not fold into its own
+    (rope_theta goes into rope_parameters): the model transformers builds never reads them (GPT-J's leftover
+    window_size), so they are listed, not used."""
+    cls = type(config)
+    with _quiet():
+        kept = config.to_dict()
+        known_fields = {name for name in cls().to_dict()} | {name for name in data if name not in kept}
+    return [Ignored(name, value, f"not a field of transformers' {cls.__name__}: the model it builds never reads it")
+            for name, value in data.items() if name not in known_fields and value is not None
+            and any(w in name.lower() for w in ATTENTION_WORDS) and name not in SILENT]
 
 
 def _checked(data: dict[str, Any], where: str) -> None:
@@ -439,8 +459,8 @@ def _checked(data: dict[str, Any], where: str) -> None:
     for part, label in ((data, where), *((data[k], f"{where} ({k})") for k in ("text_config", "llm_config")
                                          if isinstance(data.get(k), dict))):
         cfg = Config(part, label)
-        for name in CONFIG_FIELDS:
-            if cfg.has(name):
+        for name in CONFIG_FIELDS:  # widths and counts; a window or chunk is checked where a layer uses it
+            if cfg.has(name) and CONFIG_FIELDS[name] not in ("window", "chunk"):
                 cfg.integer(name)
         if cfg.has("partial_rotary_factor"):
             rope_fraction(cfg, 1.0)

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 from typing import Any
 
-from attnid.hf.read import (LAYER_KINDS, WRAPPERS, Config, LayerGroup, _bias_all, _cross_attention, _decoder, _heads, _qwen_kinds, _shown,
-                     _spec, _uncover, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base,
-                     rope_fraction, rope_layers)
+from attnid.hf.read import (WRAPPERS, Config, LayerGroup, _bias_all, layer_kinds, _cross_attention, _decoder, _shown,
+                     _spec, _uncover, group_layers, register, rope_base,
+                     rope_fraction)
 
 QK_LAYERNORM = ("not covered: a LayerNorm (centring and, with a bias, a shift) on the queries and keys, not the "
                 "RMSNorm of chapter 7b; its known moves give only a lower bound (chapter 7b, prop-qk-layernorm-moves)")
@@ -32,23 +32,6 @@ def _all_or_sliding(cfg: Config) -> list[str]:
     n = cfg.layers()
     window = cfg.value("sliding_window", None)
     return layer_kinds(cfg, n, lambda i: "full_attention" if window is None else "sliding_attention")
-
-
-def map_mixtral(cfg: Config) -> list[LayerGroup]:
-    """Mixtral: Mistral's attention (GQA, RoPE, no biases, an optional sliding window on every layer)."""
-    return _decoder(cfg, bias="none", kinds=_all_or_sliding(cfg))
-
-
-def map_qwen2_moe(cfg: Config) -> list[LayerGroup]:
-    """Qwen1.5/2-MoE: Qwen2's attention (biases on q, k, v from qkv_bias, default true)."""
-    bias = "qkv" if cfg.flag("qkv_bias", True) else "none"
-    return _decoder(cfg, bias=bias, kinds=_qwen_kinds(cfg, cfg.layers()))
-
-
-def map_qwen3_moe(cfg: Config) -> list[LayerGroup]:
-    """Qwen3-MoE: Qwen3's attention (shared QK-norm, head_dim 128 unless given, biases from attention_bias)."""
-    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", head_dim_default=128,
-                    kinds=_qwen_kinds(cfg, cfg.layers()))
 
 
 def map_phi3(cfg: Config) -> list[LayerGroup]:
@@ -91,15 +74,6 @@ def map_gptj(cfg: Config) -> list[LayerGroup]:
     return [LayerGroup.from_layout("full_attention", n, spec)]
 
 
-def map_granite(cfg: Config) -> list[LayerGroup]:
-    """Granite and Granite-MoE: Llama's attention with the score scale attention_multiplier (a constant)."""
-    cfg.mark_read("logits_scaling", "embedding_multiplier", "residual_multiplier")  # outside the attention layer
-    if cfg.has("attention_multiplier"):
-        cfg.ignore("attention_multiplier", "the scores are scaled by attention_multiplier instead of head_dim^-1/2: "
-                   "a constant factor, which no count depends on")
-    return _decoder(cfg, bias=_bias_all(cfg))
-
-
 def map_internlm(cfg: Config) -> list[LayerGroup]:
     """InternLM (v1): multi-head attention with RoPE, biases on q, k, v, o from bias (default true)."""
     rotary = cfg.value("rotary", None)
@@ -115,13 +89,6 @@ def map_internlm(cfg: Config) -> list[LayerGroup]:
 def map_internlm2(cfg: Config) -> list[LayerGroup]:
     """InternLM2/2.5: GQA with RoPE, a fused wqkv and wo, both with a bias when bias is true (default false)."""
     return _decoder(cfg, bias=_bias_all(cfg, "bias", False))
-
-
-def map_internlm3(cfg: Config) -> list[LayerGroup]:
-    """InternLM3: GQA with RoPE, head_dim given, biases on q, k, v from qkv_bias and on o from bias."""
-    bias = ("qkv" if cfg.flag("qkv_bias", False) else "") + ("o" if cfg.flag("bias", False) else "")
-    cfg.mark_read("attention_bias")
-    return _decoder(cfg, bias=bias or "none")
 
 
 def map_chatglm(cfg: Config) -> list[LayerGroup]:
@@ -183,58 +150,6 @@ def map_stablelm(cfg: Config) -> list[LayerGroup]:
     return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("qk_layernorm", False) else groups
 
 
-def map_starcoder2(cfg: Config) -> list[LayerGroup]:
-    """StarCoder2: GQA with RoPE, biases on every projection per use_bias, a sliding window on every layer when given."""
-    return _decoder(cfg, bias=_bias_all(cfg, "use_bias", True), kinds=_all_or_sliding(cfg))
-
-
-def map_olmo(cfg: Config) -> list[LayerGroup]:
-    """OLMo (v1): Llama-like attention; clip_qkv (when set) is not covered."""
-    return _clipped(cfg, _decoder(cfg, bias=_bias_all(cfg)))
-
-
-def map_olmoe(cfg: Config) -> list[LayerGroup]:
-    """OLMoE: a QK-norm over the whole projection width (as OLMo-2), eps rms_norm_eps; clip_qkv not covered."""
-    return _clipped(cfg, _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-5))
-
-
-def map_glm(cfg: Config) -> list[LayerGroup]:
-    """GLM-4 (glm, glm4): GQA, RoPE on partial_rotary_factor (0.5) of each head, biases on q, k, v per attention_bias."""
-    bias = "qkv" if cfg.flag("attention_bias", True) else "none"
-    return _decoder(cfg, bias=bias, fraction=rope_fraction(cfg, 0.5))
-
-
-def map_glm4_moe(cfg: Config) -> list[LayerGroup]:
-    """GLM-4.5/4.6/4.7 (glm4_moe): GQA, partial RoPE (0.5), q/k/v biases per attention_bias, a shared QK-norm per
-    use_qk_norm; the multi-token-prediction layers (num_nextn_predict_layers) are not among num_hidden_layers."""
-    bias = "qkv" if cfg.flag("attention_bias", False) else "none"
-    qk_norm = "shared" if cfg.flag("use_qk_norm", False) else "none"
-    return _decoder(cfg, bias=bias, fraction=rope_fraction(cfg, 0.5), qk_norm=qk_norm, eps_default=1e-5)
-
-
-def map_exaone(cfg: Config) -> list[LayerGroup]:
-    """EXAONE 3/3.5: Llama-like GQA with RoPE, biases per attention_bias (num_layers is the layer count)."""
-    return _decoder(cfg, bias=_bias_all(cfg))
-
-
-def map_exaone4(cfg: Config) -> list[LayerGroup]:
-    """EXAONE 4: a shared QK-norm; sliding layers with RoPE, the full layers without it when a window is given."""
-    n = cfg.layers()
-    window = cfg.value("sliding_window", None)
-    kinds = layer_kinds(cfg, n, _exaone4_pattern(cfg) if window is not None else lambda i: "full_attention")
-    no_rope = ("full_attention",) if window is not None else ()
-    return _decoder(cfg, bias="none", qk_norm="shared", eps_default=1e-5, kinds=kinds, no_rope=no_rope)
-
-
-def _exaone4_pattern(cfg: Config) -> Any:
-    """Layer i's type from sliding_window_pattern: a period (every pattern-th layer full) or letters ('LLLG')."""
-    pattern = cfg.value("sliding_window_pattern", 4)
-    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
-        return lambda i: "sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention"
-    period = cfg.integer("sliding_window_pattern", 4)
-    return lambda i: "full_attention" if (i + 1) % period == 0 else "sliding_attention"
-
-
 def map_nemotron(cfg: Config) -> list[LayerGroup]:
     """Nemotron (3, 4, Minitron): GQA, partial RoPE (0.5), biases on every projection per attention_bias;
     kv_channels, where given, must equal head_dim (transformers reads head_dim)."""
@@ -250,29 +165,6 @@ def _same_as(cfg: Config, alias: str, name: str) -> None:
     cfg.mark_read(alias)
 
 
-def map_cohere(cfg: Config) -> list[LayerGroup]:
-    """Command R (cohere): GQA with RoPE, biases per attention_bias; use_qk_norm (a LayerNorm) is not covered."""
-    groups = _decoder(cfg, bias=_bias_all(cfg))
-    cfg.mark_read("logit_scale")
-    return [_uncover(g, QK_LAYERNORM) for g in groups] if cfg.flag("use_qk_norm", False) else groups
-
-
-def map_cohere2(cfg: Config) -> list[LayerGroup]:
-    """Command R7B / A (cohere2): sliding layers with RoPE and full layers without it (sliding_window_pattern)."""
-    n = cfg.layers()
-    pattern = cfg.integer("sliding_window_pattern", 4)
-    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % pattern == 0 else "sliding_attention")
-    order = cfg.value("order_of_interleaved_layers", "local_attn_first")
-    if order != "local_attn_first":
-        raise cfg._fail("order_of_interleaved_layers", f"is {_shown(order)}; only local_attn_first is read")
-    positions = cfg.value("position_embedding_type", "rope_gptj")
-    if positions not in ("rope_gptj", "rope"):  # interleaved or rotate-half pairs: a permutation, no count changes
-        raise cfg._fail("position_embedding_type", f"is {_shown(positions)}, not a rotary embedding")
-    cfg.mark_read("logit_scale")
-    return _decoder(cfg, bias=_bias_all(cfg), kinds=kinds, no_rope=("full_attention",),
-                    fraction=rope_fraction(cfg, 1.0, "rotary_pct"))
-
-
 def map_persimmon(cfg: Config) -> list[LayerGroup]:
     """Persimmon and Fuyu's language model: MHA, partial RoPE (0.5), biases everywhere; qk_layernorm not covered."""
     groups = _decoder(cfg, bias="qkvo", fraction=rope_fraction(cfg, 0.5))
@@ -286,16 +178,6 @@ def _with_norms(group: LayerGroup, parameters: int) -> LayerGroup:
     """A withheld group whose layers also hold ``parameters`` of norms on the queries and keys."""
     assert group.count is not None and group.count.unidentified is None
     return replace(group, count=replace(group.count, total=group.count.total + parameters))
-
-
-def map_opt(cfg: Config) -> list[LayerGroup]:
-    """OPT: multi-head attention with learned positions, biases on every projection per enable_bias (default true)."""
-    d = cfg.integer("hidden_size")
-    h = cfg.integer("num_attention_heads")
-    n = cfg.layers()
-    cfg.mark_read("do_layer_norm_before", "_remove_final_layer_norm", "layer_norm_elementwise_affine")
-    spec = _spec(cfg, d_model=d, heads=h, bias=_bias_all(cfg, "enable_bias", True), causal=True)
-    return [LayerGroup.from_layout("full_attention", n, spec)]
 
 
 def map_gpt_neo(cfg: Config) -> list[LayerGroup]:
@@ -340,84 +222,11 @@ def map_dbrx(cfg: Config) -> list[LayerGroup]:
     return [LayerGroup.from_layout("full_attention", n, spec, note=note)]
 
 
-def map_smollm3(cfg: Config) -> list[LayerGroup]:
-    """SmolLM3: GQA; RoPE on the layers no_rope_layers marks 1, none on those it marks 0 (every no_rope_layer_interval-th)."""
-    d, h, kv, dk = _heads(cfg)
-    n = cfg.layers()
-    uses = rope_layers(cfg, n)
-    window = cfg.flag("use_sliding_window", False)
-    kinds = layer_kinds(cfg, n, lambda i: "sliding_attention" if window else "full_attention")
-    if not window:
-        cfg.mark_read("sliding_window")
-    base, bias = rope_base(cfg), _bias_all(cfg)
-
-    def make(label: str) -> Any:
-        kind, rope = label.split(" ")[0], "(no RoPE)" not in label
-        if kind not in LAYER_KINDS:
-            return _unknown_kind(kind)
-        return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, bias=bias,
-                     rope_fraction=1.0 if rope else 0.0, rope_base=base, causal=True, window=_window(cfg, kind))
-
-    return group_layers([f"{k}{'' if u else ' (no RoPE)'}" for k, u in zip(kinds, uses)], make)
-
-
-def map_olmo3(cfg: Config) -> list[LayerGroup]:
-    """OLMo 3: sliding and full layers (layer_types; 3 sliding to 1 full otherwise), a QK-norm over the whole width."""
-    n = cfg.layers()
-    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % 4 == 0 else "sliding_attention")
-    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="full", eps_default=1e-6, kinds=kinds)
-
-
 def map_phimoe(cfg: Config) -> list[LayerGroup]:
     """Phi-3.5-MoE (phimoe): GQA with RoPE, biases on every projection per attention_bias, a window on every layer
     when given."""
     cfg.mark_read("original_max_position_embeddings", "lm_head_bias", "input_jitter_noise")
     return _decoder(cfg, bias=_bias_all(cfg), kinds=_all_or_sliding(cfg))
-
-
-def map_ernie4_5(cfg: Config) -> list[LayerGroup]:
-    """ERNIE 4.5: GQA with RoPE (interleaved pairs, a permutation), biases on every projection per use_bias."""
-    return _decoder(cfg, bias=_bias_all(cfg, "use_bias", False))
-
-
-def map_seed_oss(cfg: Config) -> list[LayerGroup]:
-    """Seed-OSS: GQA with RoPE, biases on q, k, v per attention_bias and on o per attention_out_bias."""
-    bias = ("qkv" if cfg.flag("attention_bias", True) else "") + ("o" if cfg.flag("attention_out_bias", False) else "")
-    return _decoder(cfg, bias=bias or "none")
-
-
-def map_apertus(cfg: Config) -> list[LayerGroup]:
-    """Apertus: GQA with RoPE and a QK-norm per head with one weight for all heads (as Qwen3)."""
-    return _decoder(cfg, bias=_bias_all(cfg), qk_norm="shared", eps_default=1e-5)
-
-
-def map_xglm(cfg: Config) -> list[LayerGroup]:
-    """XGLM: multi-head attention with sinusoidal positions and biases on every projection."""
-    d = cfg.integer("d_model", None, "hidden_size")
-    h = cfg.integer("attention_heads", None, "num_attention_heads")
-    n = cfg.layers()
-    spec = _spec(cfg, d_model=d, heads=h, bias="qkvo", causal=True)
-    return [LayerGroup.from_layout("full_attention", n, spec), *_cross_attention(cfg, n)]
-
-
-def map_llama_like(cfg: Config) -> list[LayerGroup]:
-    """Arcee (AFM), Helium: Llama's attention (GQA, RoPE, biases per attention_bias, head_dim when given)."""
-    return _decoder(cfg, bias=_bias_all(cfg))
-
-
-def map_qwen2_vl(cfg: Config) -> list[LayerGroup]:
-    """Qwen2-VL, Qwen2.5-VL (their language model): Qwen2's attention with multimodal RoPE, whose three position
-    axes coincide on text tokens (biases on q, k, v)."""
-    if cfg.has("rope_scaling"):
-        cfg.ignore("rope_scaling", "multimodal RoPE (mrope_section) gives image tokens separate position axes; on "
-                   "text they coincide and the rotation is the ordinary one")
-    return _decoder(cfg, bias="qkv", kinds=_qwen_kinds(cfg, cfg.layers()))
-
-
-def map_wrapper(cfg: Config) -> list[LayerGroup]:
-    """A multimodal configuration (LLaVA, Mistral 3) whose text_config names a model type without a mapper."""
-    inner = cfg.raw.get("model_type")
-    raise ValueError(f"{cfg.where}: the language model's model_type {_shown(inner)} is not supported")
 
 
 def map_minicpm(cfg: Config) -> list[LayerGroup]:
@@ -426,22 +235,12 @@ def map_minicpm(cfg: Config) -> list[LayerGroup]:
     return _decoder(cfg, bias=_bias_all(cfg))
 
 
-for _type, _mapper in {
-    "mixtral": map_mixtral, "qwen2_moe": map_qwen2_moe, "qwen3_moe": map_qwen3_moe, "phi3": map_phi3,
-    "gpt_bigcode": map_gpt_bigcode, "gptj": map_gptj, "granite": map_granite, "granitemoe": map_granite,
-    "granitemoeshared": map_granite, "internlm": map_internlm, "internlm2": map_internlm2, "internlm3": map_internlm3,
-    "chatglm": map_chatglm, "qwen": map_qwen, "stablelm": map_stablelm, "stablelm_epoch": map_stablelm,
-    "starcoder2": map_starcoder2, "olmo": map_olmo, "olmoe": map_olmoe, "glm": map_glm, "glm4": map_glm,
-    "glm4_moe": map_glm4_moe, "exaone": map_exaone, "exaone4": map_exaone4, "nemotron": map_nemotron,
-    "cohere": map_cohere, "cohere2": map_cohere2, "persimmon": map_persimmon, "fuyu": map_persimmon,
-    "opt": map_opt, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
-    "smollm3": map_smollm3, "olmo3": map_olmo3, "phimoe": map_phimoe, "ernie4_5": map_ernie4_5,
-    "seed_oss": map_seed_oss, "apertus": map_apertus, "arcee": map_llama_like, "helium": map_llama_like,
-    "xglm": map_xglm, "minicpm": map_minicpm, "qwen2_vl": map_qwen2_vl, "qwen2_5_vl": map_qwen2_vl,
-    "qwen2_vl_text": map_qwen2_vl, "qwen2_5_vl_text": map_qwen2_vl, "llava": map_wrapper, "llava_next": map_wrapper,
-    "mistral3": map_wrapper,
+for _type, _mapper in {  # the types attnid.hf.meta does not read (see attnid.hf.config)
+    "phi3": map_phi3, "gpt_bigcode": map_gpt_bigcode, "internlm": map_internlm, "internlm2": map_internlm2,
+    "chatglm": map_chatglm, "qwen": map_qwen, "stablelm_epoch": map_stablelm, "nemotron": map_nemotron,
+    "persimmon": map_persimmon, "fuyu": map_persimmon, "gpt_neo": map_gpt_neo, "codegen": map_gptj, "dbrx": map_dbrx,
+    "phimoe": map_phimoe, "minicpm": map_minicpm,
 }.items():
     register(_type, _mapper)
 
-WRAPPERS.update({"fuyu": "text_config", "llava": "text_config", "mistral3": "text_config", "qwen2_vl": "text_config",
-                 "qwen2_5_vl": "text_config", "llava_next": "text_config"})
+WRAPPERS.update({"fuyu": "text_config"})

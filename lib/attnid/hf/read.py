@@ -16,11 +16,11 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from attnid.fields import FIELDS, json_integer
-from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
+from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld  # noqa: F401  (ModelCount: re-exported)
 from attnid.spec import AttentionSpec
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB; larger files are refused unread
@@ -290,15 +290,6 @@ def _window(cfg: Config, kind: str) -> int | None:
     if kind != "sliding_attention":
         return None
     return cfg.integer("sliding_window", None, "sliding_window_size")
-
-
-def _qwen_kinds(cfg: Config, n: int) -> list[str]:
-    """Qwen2/Qwen3: sliding windows only with use_sliding_window, on the layers from max_window_layers on."""
-    use = cfg.flag("use_sliding_window", False)
-    first = cfg.integer("max_window_layers", n) if use else n
-    if not use:
-        cfg.read.update(("sliding_window", "max_window_layers"))
-    return layer_kinds(cfg, n, lambda i: "sliding_attention" if use and i >= first else "full_attention")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,8 +8,7 @@ from dataclasses import replace
 from typing import Any
 from attnid.families.alibi import AlibiSpec
 from attnid.counts import count
-from attnid.families.gated import GatedSpec
-from attnid.hf.read import (CROSS_NOTE, LAYER_KINDS, Config, LayerGroup, _heads, _shown, _spec, _unknown_kind, _window, group_layers, layer_kinds, register, rope_base, rope_fraction)
+from attnid.hf.read import (CROSS_NOTE, Config, LayerGroup, _heads, _shown, _spec, group_layers, register)
 from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from attnid.hf.models import CLIP_QKV, QK_LAYERNORM, mosaic
 
@@ -93,36 +92,6 @@ def map_t5(cfg: Config) -> list[LayerGroup]:
     return groups
 
 
-def map_qwen3_next(cfg: Config) -> list[LayerGroup]:
-    """Qwen3-Next: full-attention layers with an elementwise output gate (``attnid.families.gated``), a shared QK-norm and
-    partial RoPE; the linear-attention (Gated DeltaNet) layers are outside softmax attention and not counted."""
-    d, h, kv, dk = _heads(cfg, 256)
-    n = cfg.layers()
-    interval = cfg.integer("full_attention_interval", 4)
-    kinds = layer_kinds(cfg, n, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention")
-    fraction = rope_fraction(cfg, 0.25)
-    eps = cfg.number("rms_norm_eps", 1e-6)
-    bias = cfg.flag("attention_bias", False)
-    base = rope_base(cfg, 10000.0)
-    if cfg.flag("use_sliding_window", False):
-        raise cfg._fail("use_sliding_window", "is true, but Qwen3-Next's full-attention layers have no window")
-    linear = {k: cfg.value(k) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                                        "linear_value_head_dim", "linear_conv_kernel_dim")}
-
-    def make(kind: str) -> LayerGroup | Any:
-        if kind == "linear_attention":
-            return LayerGroup.not_counted("linear_attention", 1, "Gated DeltaNet linear attention (" + ", ".join(
-                f"{k} {_shown(v)}" for k, v in linear.items() if v is not None) + "), outside softmax attention")
-        if kind not in LAYER_KINDS:
-            return _unknown_kind(kind)
-        base_spec = _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk,
-                          bias="qkvo" if bias else "none", rope_fraction=fraction, rope_base=base, causal=True,
-                          qk_norm="shared", qk_norm_eps=eps, window=_window(cfg, kind))
-        return LayerGroup.from_layout(kind, 1, GatedSpec(base_spec, "elementwise", gate_bias=bias))
-
-    return group_layers(kinds, make)
-
-
 for _type, _mapper in {"jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5,
-                       "umt5": map_t5, "qwen3_next": map_qwen3_next}.items():
+                       "umt5": map_t5}.items():
     register(_type, _mapper)
