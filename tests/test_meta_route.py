@@ -146,3 +146,30 @@ def test_config_accepts_the_id_of_a_model_in_the_local_cache(tmp_path: Path, mon
     assert _counted(by_id) == _counted(model_count(FIXTURES / "llama-3-8b"))
     with pytest.raises(ValueError, match="cannot read"):
         model_count("acme/absent")  # not in the cache: the path's own error, one line
+
+
+def test_the_indexer_is_invisible_at_most_k_tokens_and_locally_beyond() -> None:
+    from transformers import DeepseekV32Config, DeepseekV32Model
+    cfg = DeepseekV32Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=1,
+                            q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+                            index_n_heads=2, index_head_dim=16, index_topk=4, vocab_size=32, first_k_dense_replace=1,
+                            intermediate_size=32, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = DeepseekV32Model(cfg).double().eval()
+    indexer = model.layers[0].self_attn.indexer
+
+    def run(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(input_ids=ids).last_hidden_state
+
+    short, long = torch.randint(0, 32, (2, 4)), torch.randint(0, 32, (2, 12))  # k = 4 keys kept per query
+    before_short, before_long = run(short), run(long)
+    with torch.no_grad():
+        for p in indexer.parameters():
+            p.add_(1e-6 * torch.randn_like(p))  # a small move: no k-th score changes place
+    assert torch.equal(run(short), before_short) and torch.equal(run(long), before_long)
+    with torch.no_grad():
+        for p in indexer.parameters():
+            p.copy_(torch.randn_like(p))  # any move at all, at most k tokens
+    assert torch.equal(run(short), before_short)
+    assert not torch.equal(run(long), before_long)  # beyond k tokens the indexer's choice is seen
