@@ -115,6 +115,23 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
     return cfg
 
 
+# types read through transformers (attnid.hf.meta), not by a reader of attnid's own: dense, MoE, sliding, sinks,
+# latent attention, a hybrid, an encoder-decoder. Their layer count is not fuzzed: the stack is built layer by layer
+# (on the meta device, a few ms a layer), so 70,000 layers take minutes, which is slow but not wrong.
+META_TYPES = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "gemma2", "gemma3_text", "gpt_oss",
+              "deepseek_v3", "olmo2", "cohere2", "phi", "starcoder2", "granite", "glm4", "smollm3", "bart"]
+LAYER_COUNTS = {"num_hidden_layers", "n_layer", "num_layers", "n_layers"}
+
+
+@st.composite
+def meta_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """A plausible config of a type transformers builds, with a few fields (not its layer count) made hostile."""
+    cfg: dict[str, Any] = {"model_type": draw(st.sampled_from(META_TYPES)), **SANE}
+    for name in draw(st.lists(st.sampled_from([f for f in FIELDS if f not in LAYER_COUNTS]), max_size=4, unique=True)):
+        cfg[name] = draw(HOSTILE)
+    return cfg
+
+
 @settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cfg=configs())
 def test_count_config_keeps_its_contract_on_fuzzed_configs(tmp_path: Path, cfg: dict[str, Any]) -> None:
@@ -124,6 +141,16 @@ def test_count_config_keeps_its_contract_on_fuzzed_configs(tmp_path: Path, cfg: 
         assert_contract(*run_main(["count", "--config", str(path), "--json"]))
         code, _, err = run_main(["count", "--config", str(path)])  # the text report takes the same paths
     assert "Traceback" not in err and code in (0, 2), err
+
+
+@settings(max_examples=120, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cfg=meta_configs())
+def test_count_config_through_transformers_keeps_its_contract_on_fuzzed_configs(tmp_path: Path,
+                                                                                 cfg: dict[str, Any]) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    with address_space_cap(MEMORY_CAP):
+        assert_contract(*run_main(["count", "--config", str(path), "--json"]))
 
 
 def test_the_address_space_cap_stops_an_allocation_past_it() -> None:

@@ -133,6 +133,21 @@ def test_cross_attention_count_matches_the_jacobian_of_transformers_own_module()
     assert json.dumps(count_config(cfg.to_dict()).record())  # the record stays JSON
 
 
+def test_cross_attention_reading_another_width_is_not_covered() -> None:
+    """prop-cross-attention compares with self-attention of one width: keys and values of width d_Y != d_X are
+    marked not covered, not counted as if d_Y were d_X."""
+    from transformers import BartConfig
+    from transformers.models.bart.modeling_bart import BartAttention
+    from attnid.hf.meta import ATTENTION_CLASSES, _layout
+    cfg = BartConfig(d_model=8, encoder_attention_heads=2, decoder_attention_heads=2, vocab_size=16)
+    module = BartAttention(8, 2, is_decoder=True, bias=True, config=cfg)
+    sem = ATTENTION_CLASSES["BartAttention"]
+    assert _layout("decoder.layers.0.encoder_attn", module, cfg, sem)[1] is not None  # one width: counted
+    module.k_proj, module.v_proj = torch.nn.Linear(12, 8), torch.nn.Linear(12, 8)
+    kind, layout, note = _layout("decoder.layers.0.encoder_attn", module, cfg, sem)
+    assert kind == "cross_attention" and layout is None and "width 12, queries 8" in note
+
+
 def test_config_accepts_the_id_of_a_model_in_the_local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub.constants
     snapshot = tmp_path / "models--acme--tiny" / "snapshots" / ("0" * 40)

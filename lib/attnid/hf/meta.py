@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnid.families.gated import GatedSpec
+from attnid.fields import FIELDS
 from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
 from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, SILENT, Config,
-                            rope_fraction)
+                            _shown, rope_fraction)
 from attnid.spec import AttentionSpec
 
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
@@ -158,14 +159,31 @@ def _is_attention(module: Any) -> bool:
 
 
 def attention_modules(model: Any) -> list[tuple[str, Any]]:
-    """(path, module) of every outermost attention module of ``model``, in order."""
+    """(path, module) of every outermost attention module of ``model``, in order (one walk, not into attention)."""
     found: list[tuple[str, Any]] = []
-    for name, module in model.named_modules():
-        if any(name.startswith(p + ".") for p, _ in found):
-            continue
-        if _is_attention(module):
-            found.append((name, module))
+    seen: set[int] = set()  # a module shared between layers is met once, as named_modules() meets it
+
+    def walk(prefix: str, module: Any) -> None:
+        for name, child in module.named_children():
+            path = f"{prefix}{name}"
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            if _is_attention(child):
+                found.append((path, child))
+            else:
+                walk(f"{path}.", child)
+
+    if _is_attention(model):
+        return [("", model)]
+    walk("", model)
     return found
+
+
+def _ancestors(paths: list[str]) -> set[str]:
+    """Every module path that holds one of ``paths`` (``a.b.c`` gives ``a`` and ``a.b``)."""
+    parts = [p.split(".") for p in paths]
+    return {".".join(p[:i]) for p in parts for i in range(1, len(p))}
 
 
 def _kind(path: str, module: Any, text: Any, window: int | None) -> str:
@@ -266,6 +284,9 @@ def _layout(path: str, module: Any, text: Any, sem: Semantics) -> tuple[str, Any
     window = _window(sem, module, text, kind)
     if kind == "cross_attention":
         window = None
+    if k.in_features != q.in_features or v.in_features != q.in_features:  # prop-cross-attention assumes one width
+        return kind, None, (f"not covered: keys and values read width {k.in_features}, queries {q.in_features} "
+                            "(prop-cross-attention compares with self-attention of one width)")
     rope_dims, base = _rope(sem, module, text, kind, head_dim)
     if rope_dims == 0 and sem.rope != "none":
         kind += " (no RoPE)"
@@ -344,15 +365,21 @@ def _listed(kind: str, parameters: int, note: str) -> LayerGroup:
     return LayerGroup.not_counted(kind, 1, note, parameters=parameters)
 
 
-def _stacks(model: Any, attention: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """(path, ModuleList) of every layer stack: a ModuleList one of whose entries holds attention."""
+def _stacks(model: Any, holders: set[str]) -> list[tuple[str, Any]]:
+    """(path, ModuleList) of every layer stack: a ModuleList one of whose entries holds attention (``holders``),
+    and not itself inside a layer of a stack."""
     import torch
-    paths = [p for p, _ in attention]
     stacks: list[tuple[str, Any]] = []
-    for name, m in model.named_modules():
-        if (isinstance(m, torch.nn.ModuleList) and any(p.startswith(f"{name}.") for p in paths)
-                and not any(name.startswith(f"{s}.") for s, _ in stacks)):  # not a list inside a layer of a stack
-            stacks.append((name, m))
+
+    def walk(prefix: str, module: Any) -> None:
+        for name, child in module.named_children():
+            path = f"{prefix}{name}"
+            if isinstance(child, torch.nn.ModuleList) and path in holders:
+                stacks.append((path, child))
+            elif path in holders:
+                walk(f"{path}.", child)
+
+    walk("", model)
     return stacks
 
 
@@ -360,11 +387,11 @@ def _other_layers(model: Any, attention: list[tuple[str, Any]], text: Any) -> li
     """Layers of each stack with no attention in them, listed with their token mixer's parameters."""
     import torch
     found: list[tuple[tuple[str, str], LayerGroup]] = []
-    paths = [p for p, _ in attention]
+    holders = _ancestors([p for p, _ in attention])
     types = getattr(text, "layer_types", None)
-    for name, stack in _stacks(model, attention):
+    for name, stack in _stacks(model, holders):
         for i, layer in enumerate(stack):
-            if any(p.startswith(f"{name}.{i}.") for p in paths):
+            if f"{name}.{i}" in holders:
                 continue
             mixer = next((getattr(layer, n) for n in MIXER_NAMES if isinstance(getattr(layer, n, None), torch.nn.Module)),
                          None)
@@ -464,6 +491,26 @@ def _checked(data: dict[str, Any], where: str) -> None:
                 cfg.integer(name)
         if cfg.has("partial_rotary_factor"):
             rope_fraction(cfg, 1.0)
+        _rope_checked(part, label)
+
+
+def _rope_checked(part: dict[str, Any], where: str) -> None:
+    """Each RoPE base and rotated share the file gives (top level, or in rope_parameters, flat or per layer type)
+    by attnid's rules, so that a base beyond every float or a list in place of a number is named, not met by torch."""
+    params = part.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"{where}: field 'rope_parameters' must be a mapping, got {_shown(params)}")
+    nested = {f"rope_parameters.{k}": v for k, v in (params or {}).items() if isinstance(v, dict)}
+    places = {"": part, **({"rope_parameters": params} if params and not nested else nested)}
+    for prefix, fields in places.items():
+        for name, rule in (("rope_theta", "rope_base"), ("partial_rotary_factor", "rope_fraction")):
+            if fields.get(name) is None or (prefix == "" and name == "partial_rotary_factor"):
+                continue
+            label = f"{prefix}.{name}" if prefix else name
+            try:
+                FIELDS[rule].check(fields[name], _shown)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: field {label!r} {exc}") from None
 
 
 def _defaults(data: dict[str, Any], text: Any) -> list[Ignored]:

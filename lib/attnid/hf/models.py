@@ -65,6 +65,8 @@ def map_gptj(cfg: Config) -> list[LayerGroup]:
     d = cfg.integer("n_embd", None, "hidden_size")
     h = cfg.integer("n_head", None, "num_attention_heads")
     n = cfg.layers()
+    if d % h:  # the model splits n_embd into n_head equal heads
+        raise cfg._fail("n_head", f"{h} does not divide n_embd {d}")
     head = d // h
     rotary = cfg.integer("rotary_dim", head) if cfg.flag("rotary", True) else 0
     cfg.mark_read("rotary_dim", "scale_attn_weights")  # GPT-J always divides the scores by sqrt(head_dim)
