@@ -44,17 +44,21 @@ class Semantics:
     'use_rope' (the module's flag, with rope_parameters), 'rotary_dim' or 'rotary_ndims' (the module's rotated
     width). ``window``: 'module' (its sliding_window attribute), 'config' (the config's sliding_window on every
     layer) or 'none'. ``gate``: 'q_proj' (an elementwise gate folded into the query projection), 'g_proj' (one
-    gate per head) or ''. ``outside``: the feature, when the class is outside the theory."""
+    gate per head) or ''. ``norms``: the names of its query and key norms. ``outside``: the feature, when the class
+    is outside the theory."""
 
     rope: str = "config"  # 'latent': multi-head latent attention, read by attnid.families.mla
     window: str = "module"
     gate: str = ""
+    norms: tuple[str, str] = ("q_norm", "k_norm")
     outside: str = ""
 
 
 PLAIN = Semantics()
 NO_ROPE = Semantics(rope="none", window="none")
-ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the class's forward in transformers 5.24
+# Each line was read against the class's forward in transformers 5.24; tests/test_meta_table.py measures the count
+# of 14 of them against the float64 Jacobian of the class itself.
+ATTENTION_CLASSES: dict[str, Semantics] = {
     **dict.fromkeys(("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "Qwen2MoeAttention", "Qwen3MoeAttention",
                      "Olmo2Attention", "Olmo3Attention", "OlmoAttention", "GraniteAttention", "GraniteMoeAttention",
                      "Gemma2Attention", "Gemma3Attention", "GemmaAttention", "GptOssAttention", "Glm4MoeAttention",
@@ -64,8 +68,9 @@ ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the cla
                      "HeliumAttention", "HunYuanDenseV1Attention", "HunYuanMoEV1Attention", "Dots1Attention",
                      "MiMoV2FlashAttention", "FalconH1Attention", "GraniteMoeHybridAttention", "BambaAttention",
                      "CohereAttention", "GraniteMoeSharedAttention"), PLAIN),
+    "Lfm2Attention": Semantics(norms=("q_layernorm", "k_layernorm")),
     **dict.fromkeys(("MistralAttention", "MixtralAttention", "Starcoder2Attention", "MinistralAttention",
-                     "OlmoeAttention"), Semantics(window="config")),
+                     "OlmoeAttention", "MiniMaxAttention"), Semantics(window="config")),
     **dict.fromkeys(("Qwen3NextAttention", "Qwen3_5Attention", "Qwen3_5MoeAttention"), Semantics(gate="q_proj")),
     "Step3p7Attention": Semantics(gate="g_proj"),
     "SmolLM3Attention": Semantics(rope="use_rope"),
@@ -76,10 +81,12 @@ ATTENTION_CLASSES: dict[str, Semantics] = {  # each line checked against the cla
     **dict.fromkeys(("PhiAttention", "StableLmAttention"), Semantics(rope="rotary_ndims", window="none")),
     **dict.fromkeys(("BartAttention", "WhisperAttention", "OPTAttention", "MBartAttention", "MarianAttention",
                      "PegasusAttention", "M2M100Attention", "NllbMoeAttention", "BlenderbotAttention",
-                     "CLIPAttention", "SiglipAttention", "Siglip2Attention", "XGLMAttention"), NO_ROPE),
+                     "CLIPAttention", "SiglipAttention", "Siglip2Attention", "XGLMAttention",
+                     "Idefics3VisionAttention", "SmolVLMVisionAttention"), NO_ROPE),
     **dict.fromkeys(("DeepseekV2Attention", "DeepseekV3Attention", "DeepseekV32Attention", "GlmMoeDsaAttention"),
                     Semantics(rope="latent", window="none")),
     "Gemma4TextAttention": Semantics(outside="an RMSNorm without weights on the values (v_norm)"),
+    "MiniMaxLightningAttention": Semantics(outside="lightning attention (linear attention with a decay), not softmax"),
     "DeepseekV4Attention": Semantics(outside="compressed sparse attention (keys and values pooled over blocks of "
                                              "tokens, a top-k indexer, a grouped output projection)"),
 }
@@ -197,10 +204,18 @@ def _kind(path: str, module: Any, text: Any, window: int | None) -> str:
         return "encoder_attention"
     if path.startswith("decoder.") and getattr(text, "is_encoder_decoder", False):
         return "decoder_attention"
-    types, idx = getattr(text, "layer_types", None), getattr(module, "layer_idx", None)
-    if isinstance(types, list) and isinstance(idx, int) and 0 <= idx < len(types) and types[idx] in LAYER_KINDS:
-        return types[idx]
+    given = _layer_type(module, text)
+    if given in LAYER_KINDS:
+        return given
     return "sliding_attention" if window is not None else "full_attention"
+
+
+def _layer_type(module: Any, text: Any) -> str | None:
+    """The config's layer_types entry for ``module``'s layer, when it has one."""
+    types, idx = getattr(text, "layer_types", None), getattr(module, "layer_idx", None)
+    if isinstance(types, list) and isinstance(idx, int) and 0 <= idx < len(types) and isinstance(types[idx], str):
+        return types[idx]
+    return None
 
 
 def _rope_parameters(text: Any, kind: str) -> dict[str, Any]:
@@ -240,9 +255,9 @@ def _window(sem: Semantics, module: Any, text: Any, kind: str) -> int | None:
     return None if window is None else int(window)
 
 
-def _qk_norm(module: Any, heads: int, kv_heads: int, head_dim: int) -> tuple[str, float, str]:
-    """(qk_norm kind, eps, a reason when outside the theory)."""
-    q, k = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+def _qk_norm(module: Any, names: tuple[str, str], heads: int, kv_heads: int, head_dim: int) -> tuple[str, float, str]:
+    """(qk_norm kind, eps, a reason when outside the theory) of the norms ``names`` of ``module``."""
+    q, k = (getattr(module, name, None) for name in names)
     if q is None and k is None:
         return "none", 1e-6, ""
     if q is None or k is None:
@@ -262,7 +277,7 @@ def _qk_norm(module: Any, heads: int, kv_heads: int, head_dim: int) -> tuple[str
     return "none", eps, f"q/k norm weights of shapes {tuple(qw.shape)} and {tuple(kw.shape)}"
 
 
-KNOWN_CHILDREN = ("q_proj", "k_proj", "v_proj", *OUT_NAMES, "q_norm", "k_norm", "g_proj")
+KNOWN_CHILDREN = ("q_proj", "k_proj", "v_proj", *OUT_NAMES, "g_proj")
 
 
 def _layout(path: str, module: Any, text: Any, sem: Semantics) -> tuple[str, Any, str]:
@@ -272,7 +287,7 @@ def _layout(path: str, module: Any, text: Any, sem: Semantics) -> tuple[str, Any
     q, k, v = children.get("q_proj"), children.get("k_proj"), children.get("v_proj")
     if q is None or k is None or v is None or out is None:
         return "attention", None, f"{type(module).__name__} has no separate q/k/v/o projections"
-    stray = [n for n, c in children.items() if n not in KNOWN_CHILDREN and _parameters(c)]
+    stray = [n for n, c in children.items() if n not in (*KNOWN_CHILDREN, *sem.norms) and _parameters(c)]
     head_dim = int(getattr(module, "head_dim", 0) or 0)
     gate_in_q = 2 if sem.gate == "q_proj" else 1
     if not head_dim or q.out_features % (head_dim * gate_in_q) or k.out_features % head_dim:
@@ -290,7 +305,7 @@ def _layout(path: str, module: Any, text: Any, sem: Semantics) -> tuple[str, Any
     rope_dims, base = _rope(sem, module, text, kind, head_dim)
     if rope_dims == 0 and sem.rope != "none":
         kind += " (no RoPE)"
-    qk_norm, eps, why = _qk_norm(module, heads, kv_heads, head_dim)
+    qk_norm, eps, why = _qk_norm(module, sem.norms, heads, kv_heads, head_dim)
     sinks = getattr(module, "sinks", None)
     bias = "".join(s for s, p in zip("qkvo", (q, k, v, out)) if p.bias is not None)
     if why or stray:
@@ -339,8 +354,8 @@ def _group(path: str, module: Any, text: Any) -> tuple[tuple[str, str], LayerGro
     cls = type(module).__name__
     sem = ATTENTION_CLASSES[cls]
     params = _parameters(module)
-    if sem.outside:
-        kind = _kind(path, module, text, None)
+    if sem.outside:  # named by the config's own layer type where it gives one ('linear_attention')
+        kind = _layer_type(module, text) or _kind(path, module, text, None)
         return (kind, cls), _listed(kind, params, f"not covered: {cls} has {sem.outside}")
     kind, layout, note = _latent(path, module, text) if sem.rope == "latent" else _layout(path, module, text, sem)
     if layout is None:
