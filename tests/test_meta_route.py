@@ -188,3 +188,56 @@ def test_the_indexer_is_invisible_at_most_k_tokens_and_locally_beyond() -> None:
             p.copy_(torch.randn_like(p))  # any move at all, at most k tokens
     assert torch.equal(run(short), before_short)
     assert not torch.equal(run(long), before_long)  # beyond k tokens the indexer's choice is seen
+
+
+def _nas_block(group: int | None, **attention: object) -> dict:
+    return {"attention": {"n_heads_in_group": group, "no_op": False, "replace_with_linear": False, "sparsify": None,
+                          "window_length": None, "num_sink_tokens": None, **attention},
+            "ffn": {"ffn_mult": 2.625, "no_op": False, "replace_with_linear": False}}
+
+
+NAS = {"model_type": "nemotron-nas", "architectures": ["DeciLMForCausalLM"], "hidden_size": 256,
+       "num_attention_heads": 8, "num_key_value_heads": None, "attention_bias": False, "rope_theta": 500000.0,
+       "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+       "vocab_size": 1000, "intermediate_size": None, "rms_norm_eps": 1e-5}
+
+
+def test_nemotron_nas_counts_each_block_as_the_llama_transformers_builds_with_its_kv_heads() -> None:
+    """Each attention block is Llama attention with heads / n_heads_in_group kv heads: its P and U are those of
+    transformers' own Llama with that many kv heads; no_op and replace_with_linear blocks are listed, not counted."""
+    blocks = [_nas_block(8), _nas_block(2), _nas_block(None, no_op=True), _nas_block(None, replace_with_linear=True),
+              _nas_block(2)]
+    result = count_config({**NAS, "num_hidden_layers": 5, "block_configs": blocks})
+    groups = {g.kind: g for g in result.groups}
+    for kv, kind in ((1, "full_attention (GQA 1 kv heads)"), (4, "full_attention (GQA 4 kv heads)")):
+        llama = count_config({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
+                              "num_key_value_heads": kv, "num_hidden_layers": 1, "rope_theta": 500000.0}).groups[0]
+        assert (groups[kind].total, groups[kind].unidentified) == (llama.total, llama.unidentified)
+    assert groups["full_attention (GQA 4 kv heads)"].layers == 2
+    assert groups["no_attention"].count is None and groups["linear"].count is None
+    assert groups["linear"].parameters == 256 * 256  # DeciLM's linear replacement: one d x d map, no bias
+    assert any(i.field == "rope_scaling" for i in result.ignored)
+
+
+def test_nemotron_nas_names_a_block_setting_outside_the_theory_and_refuses_a_bad_group() -> None:
+    blocks = [_nas_block(2, window_length=4096, num_sink_tokens=16)]
+    group, = count_config({**NAS, "num_hidden_layers": 1, "block_configs": blocks}).groups
+    assert group.count is not None and "window_length" in group.note and "num_sink_tokens" in group.note
+    assert group.note.startswith("not covered")
+    with pytest.raises(ValueError, match="n_heads_in_group must be a positive integer dividing num_attention_heads 8"):
+        count_config({**NAS, "num_hidden_layers": 1, "block_configs": [_nas_block(3)]})
+    with pytest.raises(ValueError, match="block_configs"):
+        count_config({**NAS, "num_hidden_layers": 2, "block_configs": [_nas_block(2)]})
+
+
+def test_mimo_is_counted_as_the_qwen2_it_subclasses_and_its_mtp_layers_are_named() -> None:
+    """MiMoConfig subclasses Qwen2Config and MiMoModel's forward is Qwen2Model's; its MTP layers are never run."""
+    qwen2 = {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 3,
+             "rope_theta": 640000, "vocab_size": 1000}
+    mimo = count_config({"model_type": "mimo", **qwen2, "num_nextn_predict_layers": 1})
+    base = count_config({"model_type": "qwen2", **qwen2})
+    assert [(g.kind, g.layers, g.total, g.unidentified) for g in mimo.groups] == \
+        [(g.kind, g.layers, g.total, g.unidentified) for g in base.groups]
+    assert mimo.model_type == "mimo" and mimo.route == "transformers"
+    assert {i.field for i in mimo.ignored} >= {"model_type", "num_nextn_predict_layers"}

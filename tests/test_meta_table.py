@@ -24,7 +24,8 @@ from attnid.hf.config import count_config
 from attnid.hf.meta import attention_modules
 from attnid.rank import decide_rank
 
-TINY = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 2,
+TINY = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "hidden_size": 16, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 2,
         "intermediate_size": 24, "vocab_size": 64, "max_position_embeddings": 64}
 # per type: what makes its one layer an attention layer of the kind under test
 CASES: dict[str, dict[str, Any]] = {

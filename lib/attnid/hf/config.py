@@ -242,6 +242,8 @@ def count_config(data: dict[str, Any], where: str = "config", route: str = "auto
         raise ValueError(f"{where}: transformers has no config class for model_type {_shown(model_type)}")
     if route == "transformers":
         return meta.meta_count(data, where, declinable=False)
+    if route == "auto" and isinstance(model_type, str) and model_type in meta.REMOTE_AS:
+        return meta.remote_count(data, where)
     if route == "auto" and meta.known(model_type):
         try:
             return meta.meta_count(data, where, declinable=model_type in MAPPERS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnid.families.gated import GatedSpec
@@ -89,6 +89,16 @@ ATTENTION_CLASSES: dict[str, Semantics] = {
     "MiniMaxLightningAttention": Semantics(outside="lightning attention (linear attention with a decay), not softmax"),
     "DeepseekV4Attention": Semantics(outside="compressed sparse attention (keys and values pooled over blocks of "
                                              "tokens, a top-k indexer, a grouped output projection)"),
+}
+
+
+# Remote-code model types whose config class subclasses a transformers one and whose model computes what that
+# type's model computes; the fields they add, and why no count depends on them.
+REMOTE_AS: dict[str, tuple[str, dict[str, str]]] = {
+    "mimo": ("qwen2", {"num_nextn_predict_layers": "Xiaomi MiMo's multi-token-prediction layers (mtp_layers): "
+                       "MiMoModel is Qwen2Model with these added and its forward never runs them, so the causal LM's function "
+                       "does not see their parameters; they are not counted (as transformers builds DeepSeek-V3 "
+                       "without its own)"}),
 }
 
 
@@ -483,6 +493,16 @@ def meta_count(data: dict[str, Any], where: str, declinable: bool) -> ModelCount
     return ModelCount(where, data["model_type"], groups, ignored, [], _defaults(data, text), "transformers")
 
 
+def remote_count(data: dict[str, Any], where: str) -> ModelCount:
+    """The count of a ``REMOTE_AS`` type: its base type's, read through transformers, with the added fields listed."""
+    base, extra = REMOTE_AS[data["model_type"]]
+    result = meta_count({k: v for k, v in data.items() if k not in extra} | {"model_type": base}, where, False)
+    listed = [Ignored("model_type", data["model_type"], f"read as transformers' {base}: its config class subclasses "
+                      f"{base}'s and its model computes what {base}'s does")]
+    listed += [Ignored(name, data[name], why) for name, why in extra.items() if data.get(name) is not None]
+    return replace(result, model_type=data["model_type"], ignored=result.ignored + listed)
+
+
 def _unknown(data: dict[str, Any], config: Any) -> list[Ignored]:
     """Attention-looking fields of the file that ``config``'s class does not define and did not fold into its own
     (rope_theta goes into rope_parameters): the model transformers builds never reads them (GPT-J's leftover
@@ -543,5 +563,5 @@ def text_config(config: Any) -> Any:
     return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
-__all__ = ["ATTENTION_CLASSES", "MetaRouteDeclined", "Semantics", "attention_modules", "ignored_fields", "known",
-           "meta_count", "meta_groups", "meta_model", "text_config", "transformers_config"]
+__all__ = ["ATTENTION_CLASSES", "REMOTE_AS", "MetaRouteDeclined", "Semantics", "attention_modules", "ignored_fields",
+           "known", "meta_count", "meta_groups", "meta_model", "remote_count", "text_config", "transformers_config"]

@@ -1,6 +1,6 @@
 """``config.json`` mappers of model types whose attention is not plain multi-head, registered in
 ``attnid.hf.read``'s registry: ALiBi (BLOOM, MPT), T5's learned relative position bias (T5, mT5,
-UMT5), and hybrids whose other layers are not softmax attention (Jamba, Qwen3-Next).
+UMT5), and hybrids whose other layers are not softmax attention (Jamba, NVIDIA's Nemotron-NAS).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 from attnid.families.alibi import AlibiSpec
 from attnid.counts import count
-from attnid.hf.read import (CROSS_NOTE, Config, LayerGroup, _heads, _shown, _spec, group_layers, register)
+from attnid.hf.read import (CROSS_NOTE, Config, LayerGroup, _heads, _shown, _spec, group_layers, register, rope_base)
 from attnid.families.relbias import T5_BUCKETS, T5_MAX_DISTANCE, RelativeBiasSpec
 from attnid.hf.models import CLIP_QKV, QK_LAYERNORM, mosaic
 
@@ -31,6 +31,64 @@ def map_jamba(cfg: Config) -> list[LayerGroup]:
         return _spec(cfg, d_model=d, heads=h, kv_heads=kv, head_dim=dk, v_head_dim=dk, causal=True)
 
     return group_layers(kinds, make)
+
+
+# Nemotron-NAS attention settings that change the layer in ways no theorem here covers, when they are set
+NAS_OUTSIDE = {"window_length": "a sliding window with sink tokens", "num_sink_tokens": "sink tokens",
+               "llama4": "Llama 4 attention (chunks, no-RoPE layers, an L2 norm, query temperature)",
+               "sparsify": "sparsified projections", "unshifted_sink": "an unshifted sink",
+               "use_prefill_window_in_sink_attention": "a prefill window in sink attention"}
+
+
+def map_nemotron_nas(cfg: Config) -> list[LayerGroup]:
+    """NVIDIA's Nemotron-NAS (remote code DeciLM: Llama-3.1-Nemotron-Nano/Super/Ultra): a Llama whose layers each
+    take their attention from ``block_configs[i]["attention"]``: grouped-query attention with
+    num_attention_heads / n_heads_in_group key-value heads, biases on q, k, v, o from attention_bias, RoPE;
+    or nothing (no_op); or one linear map of each token (replace_with_linear), which mixes no tokens and is listed
+    outside the theory, as is a Mamba block. The feed-forward blocks do not change an attention count."""
+    d, h, _, dk = _heads(cfg)
+    n = cfg.layers()
+    base = rope_base(cfg, 10000.0)
+    bias = "qkvo" if cfg.flag("attention_bias", False) else "none"
+    blocks = cfg.value("block_configs", None)
+    if not isinstance(blocks, list) or len(blocks) != n:
+        raise cfg._fail("block_configs", f"must be a list of {n} blocks (one per layer), got {_shown(blocks)}")
+    cfg.mark_read("num_key_value_heads")  # null: each block gives its own
+    kinds: list[str] = []
+    made: dict[str, LayerGroup | Any] = {}
+    for i, block in enumerate(blocks):
+        attention = block.get("attention") if isinstance(block, dict) else None
+        if not isinstance(attention, dict):
+            raise cfg._fail("block_configs", f"block {i} has no 'attention' mapping")
+        kind, group = _nas_layer(cfg, attention, i, d, h, dk, base, bias)
+        kinds.append(kind)
+        made.setdefault(kind, group)
+    return group_layers(kinds, lambda kind: made[kind])
+
+
+def _nas_layer(cfg: Config, attention: dict[str, Any], i: int, d: int, h: int, dk: int, base: float,
+               bias: str) -> tuple[str, LayerGroup | Any]:
+    """(layer type, group or layout) of one Nemotron-NAS block's attention."""
+    if attention.get("no_op"):
+        return "no_attention", LayerGroup.not_counted("no_attention", 1, "no attention in this block (no_op)", 0)
+    if attention.get("replace_with_linear"):
+        return "linear", LayerGroup.not_counted("linear", 1, "attention replaced by one linear map of each token "
+                                                "(replace_with_linear): no token mixing, outside the theory", d * d)
+    if attention.get("mamba"):
+        return "mamba", LayerGroup.not_counted("mamba", 1, "a Mamba (state-space) block, not attention")
+    group = attention.get("n_heads_in_group")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or h % group:
+        raise cfg._fail("block_configs", f"block {i}: n_heads_in_group must be a positive integer dividing "
+                                         f"num_attention_heads {h}, got {_shown(group)}")
+    kind = "full_attention" if group == 1 else f"full_attention (GQA {h // group} kv heads)"
+    spec = _spec(cfg, d_model=d, heads=h, kv_heads=h // group, head_dim=dk, v_head_dim=dk, bias=bias,
+                 rope_fraction=1.0, rope_base=base, causal=True)
+    outside = [k for k in NAS_OUTSIDE if attention.get(k) not in (None, False, [], 0)]
+    if outside:  # the fields are part of the type's name, so blocks that set different ones are different groups
+        kind += f" ({', '.join(outside)})"
+        why = ", ".join(f"{k} ({NAS_OUTSIDE[k]})" for k in outside)
+        return kind, LayerGroup.from_layout(kind, 1, spec, f"not covered: the block's attention sets {why}")
+    return kind, spec
 
 
 def map_bloom(cfg: Config) -> list[LayerGroup]:
@@ -92,6 +150,6 @@ def map_t5(cfg: Config) -> list[LayerGroup]:
     return groups
 
 
-for _type, _mapper in {"jamba": map_jamba, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5,
+for _type, _mapper in {"jamba": map_jamba, "nemotron-nas": map_nemotron_nas, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5,
                        "umt5": map_t5}.items():
     register(_type, _mapper)
