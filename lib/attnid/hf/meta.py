@@ -4,7 +4,7 @@ For a ``model_type`` that transformers knows, its own config class reads the fil
 text configs) and the model is built on the meta device (shapes only, no memory). Every attention module of
 that model is then read from what it holds: its projections and their shapes, biases, q/k norms, sinks and
 gates. What shapes cannot show (whether a class rotates queries and keys, where its window comes from, a
-gate folded into the query projection) comes from ``ATTENTION_CLASSES``, one line per attention class. A
+gate folded into the query projection) comes from ``ATTENTION_CLASSES`` (``attnid.hf.classes``), one line per attention class. A
 class that is not in the table is refused by name, never read by a guess; and a layer whose module holds a
 parameter the layout does not account for is withheld, naming the module's parameter count.
 
@@ -18,89 +18,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from attnid.families.gated import GatedSpec
-from attnid.fields import FIELDS
+from attnid.hf.classes import (ATTENTION_CLASSES, BENDS, CROSS_NAMES, MIXER_NAMES, OUT_NAMES, REMOTE_AS, VISION_WORDS,
+                                Semantics)
 from attnid.hf.groups import Ignored, LayerGroup, ModelCount, withheld
-from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, SILENT, Config,
-                            _shown, rope_fraction)
+from attnid.hf.read import (ATTENTION_WORDS, CONFIG_FIELDS, CROSS_NOTE, LAYER_KINDS, ROPE_SCALING_WHY, SILENT,
+                            checked_fields)
 from attnid.spec import AttentionSpec
-
-CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
-VISION_WORDS = ("vision", "visual", "image")
-MIXER_NAMES = ("mixer", "linear_attn", "mamba", "ssm", "short_conv", "conv", "token_mixer", "time_mix")
-OUT_NAMES = ("o_proj", "out_proj", "dense")
-BENDS = {  # config fields that change every attention layer in a way no theorem here covers
-    "attn_logit_softcapping": "soft-capping tanh(s / c) c of the attention scores",
-    "clip_qkv": "clip_qkv clamps the queries, keys and values",
-}
-
-
-@dataclass(frozen=True)
-class Semantics:
-    """What a class's modules do not show. ``rope``: 'config' (rope_parameters of its layer type), 'none',
-    'use_rope' (the module's flag, with rope_parameters), 'rotary_dim' or 'rotary_ndims' (the module's rotated
-    width). ``window``: 'module' (its sliding_window attribute), 'config' (the config's sliding_window on every
-    layer) or 'none'. ``gate``: 'q_proj' (an elementwise gate folded into the query projection), 'g_proj' (one
-    gate per head) or ''. ``norms``: the names of its query and key norms. ``outside``: the feature, when the class
-    is outside the theory."""
-
-    rope: str = "config"  # 'latent': multi-head latent attention, read by attnid.families.mla
-    window: str = "module"
-    gate: str = ""
-    norms: tuple[str, str] = ("q_norm", "k_norm")
-    outside: str = ""
-
-
-PLAIN = Semantics()
-NO_ROPE = Semantics(rope="none", window="none")
-# Each line was read against the class's forward in transformers 5.24; tests/test_meta_table.py measures the count
-# of 14 of them against the float64 Jacobian of the class itself.
-ATTENTION_CLASSES: dict[str, Semantics] = {
-    **dict.fromkeys(("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "Qwen2MoeAttention", "Qwen3MoeAttention",
-                     "Olmo2Attention", "Olmo3Attention", "OlmoAttention", "GraniteAttention", "GraniteMoeAttention",
-                     "Gemma2Attention", "Gemma3Attention", "GemmaAttention", "GptOssAttention", "Glm4MoeAttention",
-                     "Glm4Attention", "GlmAttention", "MiniMaxM2Attention", "Qwen3VLTextAttention",
-                     "Qwen3VLMoeTextAttention", "Qwen2_5_VLAttention", "Qwen2VLAttention", "Ernie4_5Attention",
-                     "Ernie4_5_MoeAttention", "SeedOssAttention", "ApertusAttention", "ArceeAttention",
-                     "HeliumAttention", "HunYuanDenseV1Attention", "HunYuanMoEV1Attention", "Dots1Attention",
-                     "MiMoV2FlashAttention", "FalconH1Attention", "GraniteMoeHybridAttention", "BambaAttention",
-                     "CohereAttention", "GraniteMoeSharedAttention"), PLAIN),
-    "Lfm2Attention": Semantics(norms=("q_layernorm", "k_layernorm")),
-    **dict.fromkeys(("MistralAttention", "MixtralAttention", "Starcoder2Attention", "MinistralAttention",
-                     "OlmoeAttention", "MiniMaxAttention"), Semantics(window="config")),
-    **dict.fromkeys(("Qwen3NextAttention", "Qwen3_5Attention", "Qwen3_5MoeAttention"), Semantics(gate="q_proj")),
-    "Step3p7Attention": Semantics(gate="g_proj"),
-    "SmolLM3Attention": Semantics(rope="use_rope"),
-    "Cohere2Attention": Semantics(rope="sliding_only"),  # RoPE on the sliding-window layers only
-    "Exaone4Attention": Semantics(rope="exaone4", window="is_sliding"),  # RoPE on sliding layers, or all without any
-    "NemotronHAttention": NO_ROPE,
-    "GPTJAttention": Semantics(rope="rotary_dim", window="none"),
-    **dict.fromkeys(("PhiAttention", "StableLmAttention"), Semantics(rope="rotary_ndims", window="none")),
-    **dict.fromkeys(("BartAttention", "WhisperAttention", "OPTAttention", "MBartAttention", "MarianAttention",
-                     "PegasusAttention", "M2M100Attention", "NllbMoeAttention", "BlenderbotAttention",
-                     "CLIPAttention", "SiglipAttention", "Siglip2Attention", "XGLMAttention",
-                     "Idefics3VisionAttention", "SmolVLMVisionAttention"), NO_ROPE),
-    **dict.fromkeys(("DeepseekV2Attention", "DeepseekV3Attention", "DeepseekV32Attention", "GlmMoeDsaAttention"),
-                    Semantics(rope="latent", window="none")),
-    "Gemma4TextAttention": Semantics(outside="an RMSNorm without weights on the values (v_norm)"),
-    "MiniMaxLightningAttention": Semantics(outside="lightning attention (linear attention with a decay), not softmax"),
-    "DeepseekV4Attention": Semantics(outside="compressed sparse attention (keys and values pooled over blocks of "
-                                             "tokens, a top-k indexer, a grouped output projection)"),
-}
-
-
-# Remote-code model types whose config class subclasses a transformers one and whose model computes what that
-# type's model computes; the fields they add, and why no count depends on them.
-REMOTE_AS: dict[str, tuple[str, dict[str, str]]] = {
-    "mimo": ("qwen2", {"num_nextn_predict_layers": "Xiaomi MiMo's multi-token-prediction layers (mtp_layers): "
-                       "MiMoModel is Qwen2Model with these added and its forward never runs them, so the causal LM's function "
-                       "does not see their parameters; they are not counted (as transformers builds DeepSeek-V3 "
-                       "without its own)"}),
-}
-
 
 class MetaRouteDeclined(Exception):
     """The model has an attention class this route does not read and the old reader may: ``str`` names it."""
@@ -475,7 +402,7 @@ def ignored_fields(text: Any) -> list[Ignored]:
 
 def meta_count(data: dict[str, Any], where: str, declinable: bool) -> ModelCount:
     """The route's ``ModelCount`` for a configuration whose ``model_type`` transformers knows."""
-    _checked(data, where)
+    checked_fields(data, where)
     try:
         config = transformers_config(data, where)
         model = meta_model(config, where)
@@ -514,38 +441,6 @@ def _unknown(data: dict[str, Any], config: Any) -> list[Ignored]:
     return [Ignored(name, value, f"not a field of transformers' {cls.__name__}: the model it builds never reads it")
             for name, value in data.items() if name not in known_fields and value is not None
             and any(w in name.lower() for w in ATTENTION_WORDS) and name not in SILENT]
-
-
-def _checked(data: dict[str, Any], where: str) -> None:
-    """The file's widths, counts and RoPE fraction, checked by the rules every other door applies (``attnid.fields``)."""
-    for part, label in ((data, where), *((data[k], f"{where} ({k})") for k in ("text_config", "llm_config")
-                                         if isinstance(data.get(k), dict))):
-        cfg = Config(part, label)
-        for name in CONFIG_FIELDS:  # widths and counts; a window or chunk is checked where a layer uses it
-            if cfg.has(name) and CONFIG_FIELDS[name] not in ("window", "chunk"):
-                cfg.integer(name)
-        if cfg.has("partial_rotary_factor"):
-            rope_fraction(cfg, 1.0)
-        _rope_checked(part, label)
-
-
-def _rope_checked(part: dict[str, Any], where: str) -> None:
-    """Each RoPE base and rotated share the file gives (top level, or in rope_parameters, flat or per layer type)
-    by attnid's rules, so that a base beyond every float or a list in place of a number is named, not met by torch."""
-    params = part.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f"{where}: field 'rope_parameters' must be a mapping, got {_shown(params)}")
-    nested = {f"rope_parameters.{k}": v for k, v in (params or {}).items() if isinstance(v, dict)}
-    places = {"": part, **({"rope_parameters": params} if params and not nested else nested)}
-    for prefix, fields in places.items():
-        for name, rule in (("rope_theta", "rope_base"), ("partial_rotary_factor", "rope_fraction")):
-            if fields.get(name) is None or (prefix == "" and name == "partial_rotary_factor"):
-                continue
-            label = f"{prefix}.{name}" if prefix else name
-            try:
-                FIELDS[rule].check(fields[name], _shown)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{where}: field {label!r} {exc}") from None
 
 
 def _defaults(data: dict[str, Any], text: Any) -> list[Ignored]:

@@ -341,8 +341,9 @@ def _cross_attention(cfg: Config, n: int) -> list[LayerGroup]:
     """A not-counted group of cross-attention layers when add_cross_attention is true, else nothing."""
     if not cfg.flag("add_cross_attention", False):
         return []
-    return [LayerGroup.not_counted("cross_attention", n, "cross-attention to an encoder's output: its keys and values "
-                                                         "come from another sequence, which no theorem here covers")]
+    return [LayerGroup.not_counted("cross_attention", n, "cross-attention to an encoder's output: this reader does "
+                                                         "not count it (prop-cross-attention counts it where the "
+                                                         "transformers route reads the attention class)")]
 
 
 def rope_layers(cfg: Config, n: int) -> list[int]:
@@ -353,3 +354,36 @@ def rope_layers(cfg: Config, n: int) -> list[int]:
     if not isinstance(uses, list) or len(uses) != n or any(v not in (0, 1) for v in uses):
         raise cfg._fail("no_rope_layers", f"must list 0 or 1 for each of the {n} layers")
     return uses
+
+
+def checked_fields(data: dict[str, Any], where: str) -> None:
+    """The file's widths, counts and RoPE settings, checked by the rules every other door applies (``attnid.fields``),
+    before transformers reads it (the meta-device route, ``attnid.hf.meta``)."""
+    for part, label in ((data, where), *((data[k], f"{where} ({k})") for k in ("text_config", "llm_config")
+                                         if isinstance(data.get(k), dict))):
+        cfg = Config(part, label)
+        for name in CONFIG_FIELDS:  # widths and counts; a window or chunk is checked where a layer uses it
+            if cfg.has(name) and CONFIG_FIELDS[name] not in ("window", "chunk"):
+                cfg.integer(name)
+        if cfg.has("partial_rotary_factor"):
+            rope_fraction(cfg, 1.0)
+        _rope_checked(part, label)
+
+
+def _rope_checked(part: dict[str, Any], where: str) -> None:
+    """Each RoPE base and rotated share the file gives (top level, or in rope_parameters, flat or per layer type)
+    by attnid's rules, so that a base beyond every float or a list in place of a number is named, not met by torch."""
+    params = part.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"{where}: field 'rope_parameters' must be a mapping, got {_shown(params)}")
+    nested = {f"rope_parameters.{k}": v for k, v in (params or {}).items() if isinstance(v, dict)}
+    places = {"": part, **({"rope_parameters": params} if params and not nested else nested)}
+    for prefix, fields in places.items():
+        for name, rule in (("rope_theta", "rope_base"), ("partial_rotary_factor", "rope_fraction")):
+            if fields.get(name) is None or (prefix == "" and name == "partial_rotary_factor"):
+                continue
+            label = f"{prefix}.{name}" if prefix else name
+            try:
+                FIELDS[rule].check(fields[name], _shown)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: field {label!r} {exc}") from None
