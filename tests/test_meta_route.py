@@ -225,6 +225,9 @@ def test_nemotron_nas_names_a_block_setting_outside_the_theory_and_refuses_a_bad
     group, = count_config({**NAS, "num_hidden_layers": 1, "block_configs": blocks}).groups
     assert group.count is not None and "window_length" in group.note and "num_sink_tokens" in group.note
     assert group.note.startswith("not covered")
+    blocks = [_nas_block(2, attention_chunk_size=8192)]  # a field this reader does not know withholds, naming it
+    group, = count_config({**NAS, "num_hidden_layers": 1, "block_configs": blocks}).groups
+    assert group.note.startswith("not covered") and "attention_chunk_size (not read here)" in group.note
     with pytest.raises(ValueError, match="n_heads_in_group must be a positive integer dividing num_attention_heads 8"):
         count_config({**NAS, "num_hidden_layers": 1, "block_configs": [_nas_block(3)]})
     with pytest.raises(ValueError, match="block_configs"):

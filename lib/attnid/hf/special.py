@@ -38,6 +38,7 @@ NAS_OUTSIDE = {"window_length": "a sliding window with sink tokens", "num_sink_t
                "llama4": "Llama 4 attention (chunks, no-RoPE layers, an L2 norm, query temperature)",
                "sparsify": "sparsified projections", "unshifted_sink": "an unshifted sink",
                "use_prefill_window_in_sink_attention": "a prefill window in sink attention"}
+NAS_READ = {"n_heads_in_group", "no_op", "replace_with_linear", "mamba", *NAS_OUTSIDE}  # any other set field withholds
 
 
 def map_nemotron_nas(cfg: Config) -> list[LayerGroup]:
@@ -83,10 +84,11 @@ def _nas_layer(cfg: Config, attention: dict[str, Any], i: int, d: int, h: int, d
     kind = "full_attention" if group == 1 else f"full_attention (GQA {h // group} kv heads)"
     spec = _spec(cfg, d_model=d, heads=h, kv_heads=h // group, head_dim=dk, v_head_dim=dk, bias=bias,
                  rope_fraction=1.0, rope_base=base, causal=True)
-    outside = [k for k in NAS_OUTSIDE if attention.get(k) not in (None, False, [], 0)]
-    if outside:  # the fields are part of the type's name, so blocks that set different ones are different groups
-        kind += f" ({', '.join(outside)})"
-        why = ", ".join(f"{k} ({NAS_OUTSIDE[k]})" for k in outside)
+    outside = [k for k in NAS_OUTSIDE if attention.get(k) not in (None, False, [], {}, 0)]
+    unread = sorted(k for k, v in attention.items() if k not in NAS_READ and v not in (None, False, [], {}, 0))
+    if outside or unread:  # the fields are part of the type's name: blocks that set different ones are other groups
+        kind += f" ({', '.join(outside + unread)})"
+        why = ", ".join([f"{k} ({NAS_OUTSIDE[k]})" for k in outside] + [f"{k} (not read here)" for k in unread])
         return kind, LayerGroup.from_layout(kind, 1, spec, f"not covered: the block's attention sets {why}")
     return kind, spec
 
@@ -150,6 +152,6 @@ def map_t5(cfg: Config) -> list[LayerGroup]:
     return groups
 
 
-for _type, _mapper in {"jamba": map_jamba, "nemotron-nas": map_nemotron_nas, "bloom": map_bloom, "mpt": map_mpt, "t5": map_t5, "mt5": map_t5,
-                       "umt5": map_t5}.items():
+for _type, _mapper in {"jamba": map_jamba, "nemotron-nas": map_nemotron_nas, "bloom": map_bloom, "mpt": map_mpt,
+                       "t5": map_t5, "mt5": map_t5, "umt5": map_t5}.items():
     register(_type, _mapper)
