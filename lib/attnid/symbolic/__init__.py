@@ -1,8 +1,12 @@
-"""Exact (rational-arithmetic) checks with SymPy.
+"""Exact checks with SymPy: every symbolic check behind a chapter's proof lives in this package.
 
-``exact_nullity`` evaluates a symbolic Jacobian at a random integer point and takes its
-rank exactly. The rank of a Jacobian at any particular point is at most its generic rank,
-so the nullity found there is an *upper bound* on the generic nullity (the number of
+Each chapter calls one function of a topic module (listed in notes/architecture.md) that returns a
+list of ``Identity`` (``identity.py``): the statement, SymPy's result, and whether it holds. The
+chapter shows the list and asserts that each holds.
+
+This module holds the exact-rank tools: ``exact_nullity`` evaluates a symbolic Jacobian at a
+random integer point and takes its rank exactly. The rank of a Jacobian at any particular point
+is at most its generic rank, so the nullity found there is an *upper bound* on the generic nullity (the number of
 unidentified parameters). Together with a lower bound from a symmetry group, it proves a
 count for one concrete shape with no floating point involved.
 """
@@ -13,6 +17,11 @@ import random
 from collections.abc import Sequence
 
 import sympy as sp
+
+from attnid.symbolic.identity import IDENTITY_HEAD, Identity, failed, identity_rows, is_zero, zero_identity
+
+__all__ = ["IDENTITY_HEAD", "Identity", "exact_nullity", "failed", "identity_rows", "is_zero", "matrix_symbols",
+           "product_map_nullity", "zero_identity"]
 
 
 def matrix_symbols(name: str, rows: int, cols: int) -> sp.Matrix:
