@@ -39,7 +39,7 @@ G d_k <= d_model with 'full'; a normalised width of 1 with eps = 0 sees only a s
 covered) chapter 7b proves that these moves are unidentified and, at the level of each head's
 scores, that nothing else is; that the layer sees each head's scores is proved there too
 (prop-qk-several-heads: the poles of each head's logistic factor, continued to complex inputs,
-separate the heads), so the counts are equalities; for 'full' the per-head step is a sketch.
+separate the heads), so the counts are equalities; for 'full', prop-qk-tangent-full.
 Every numeric check agrees (``attnid verify``, tests/test_qk_norm.py).
 
 A sliding window (``spec.window``) changes no count when it is at least 3 keys wide, or 2
