@@ -6,7 +6,7 @@ from ``attnid.symmetry``), two bounds settle the decision at the cost of one Gra
 and three Cholesky factorisations. Write r = P - u, s_i for the singular values of the
 Jacobian and t_i = s_i / s_1.
 
-* s_{r+1} <= ||J T||_2 <= ||J T||_F (T orthonormal). By Courant-Fischer, s_{r+1} is at most
+* s_{r+1} <= ||J T||_2 <= ||J T||_F (T orthonormal; in general ||J T||_2 / s_min(T)). By Courant-Fischer, s_{r+1} is at most
   the largest stretch of J on any u-dimensional subspace.
 * s_r >= sqrt(c) whenever K - c I is positive definite, K = J^T J + w T T^T (any w >= 0).
   For v orthogonal to the columns of T, v^T K v = ||J v||^2, so J stretches every vector of
@@ -67,7 +67,8 @@ subnormal, gamma_n = n u / (1 - n u), and m the number of rows of J~.
    A lower bound: the Rayleigh quotient of the power-iteration vector x, with the rounding
    of computing x^T G^ x (gamma_{2P+1} ||G^||_F ||x||^2) and of G^ subtracted.
 5. ||J~ T||_F. Each computed block J~_b T is within gamma_P |J~_b| |T| (+ P eta) of the
-   exact one; its Frobenius norm is at most ||J~||_F ||T||_F.
+   exact one; its Frobenius norm is at most ||J~||_F ||T||_F. It bounds s_{r+1}(J~) only up to
+   the factor 1 / s_min(T) (see (c) below).
 
 Every scalar step of these bounds is rounded outward (``math.nextafter``), and every sum of
 non-negative floats is inflated by its own gamma. The decision ``RankDecision.rigorous`` then
@@ -75,7 +76,9 @@ applies the rule to the verified bounds.
 
 What is not verified. (a) That LAPACK's Cholesky (``torch.linalg.cholesky_ex``) performs the
 standard algorithm in floating point with info = 0 only when every pivot was positive; we
-trust the library for that. (b) That J~ is close to the exact Jacobian J of the layer at the
+trust the library for that. (c) That the computed basis T is orthonormal: s_{r+1}(J~) <=
+||J~ T||_2 / s_min(T), and s_min(T) is within round-off of 1 but not bounded, so the upper
+bound on s_{r+1}, which serves only the rule's gap test and not the rank, is an estimate. (b) That J~ is close to the exact Jacobian J of the layer at the
 same (floating-point, hence exact) parameters and inputs. By Weyl's inequality s_r(J) >=
 s_r(J~) - ||J - J~||_2, so rank(J) >= r whenever ||J - J~||_2 < ``sigma_kept``; the error of
 automatic differentiation in float64 is not bounded here, only estimated

@@ -77,7 +77,8 @@ class VerifiedBounds:
 
     Proved by ``attnid.certify`` (its docstring gives the argument): ``sigma_kept`` <= s_r(J~)
     with r = P - u, ``sigma_1_lower`` <= s_1(J~) <= ``sigma_1_upper``, and ``null_stretch`` >=
-    ||J~ T||_2, which bounds s_{r+1}(J~). They say nothing yet about the exact Jacobian J:
+    ||J~ T||_2, which bounds s_{r+1}(J~) when T is orthonormal (for the computed T, only up to the
+    factor 1 / s_min(T), which is within round-off of 1 but not bounded: an estimate). They say nothing yet about the exact Jacobian J:
     by Weyl's inequality s_r(J) >= ``sigma_kept`` - ||J - J~||_2, so rank(J) >= r as soon as
     the Jacobian's own error ||J - J~||_2 is below ``sigma_kept``.
     """
