@@ -117,12 +117,32 @@ def test_counts_with_gqa_partial_rope_and_biases(qk_norm: str, scales: int, trad
     (dict(d_model=4, heads=1, head_dim=6, v_head_dim=4, qk_norm="shared"), "head_dim 6 > d_model 4"),
     (dict(d_model=6, heads=2, head_dim=4, v_head_dim=3, qk_norm="full"), "H d_k and G d_k <= d_model"),
     (dict(d_model=4, heads=2, head_dim=1, v_head_dim=2, qk_norm="per-head", qk_norm_eps=0.0), "only its sign"),
+    (dict(d_model=2, heads=1, head_dim=2, v_head_dim=3, qk_norm="shared"), "v_head_dim 3 > d_model 2"),
+    (dict(d_model=4, heads=2, head_dim=1, v_head_dim=1, qk_norm="full", qk_norm_eps=0.0), "full-width QK-norm on heads"),
+    (dict(d_model=4, heads=3, kv_heads=1, head_dim=1, v_head_dim=1, qk_norm="full", qk_norm_eps=1e-2),
+     "full-width QK-norm on heads"),
+    (dict(d_model=1, heads=2, head_dim=1, v_head_dim=1, qk_norm="per-head", qk_norm_eps=1e-2), "d_model 1"),
     (dict(d_model=8, heads=2, causal=True, window=1), "window of 1 key"),
     (dict(d_model=8, heads=2, causal=True, window=2, rope_fraction=1.0), "window of 2 keys with RoPE"),
 ])
 def test_layouts_the_proofs_do_not_cover(kwargs: dict, message: str) -> None:
     c = count(AttentionSpec.create(**kwargs))
     assert c.unidentified is None and message in c.note
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(d_model=4, heads=2, kv_heads=1, head_dim=1, v_head_dim=1, qk_norm="shared", qk_norm_eps=0.5),
+    dict(d_model=4, heads=1, head_dim=1, v_head_dim=1, qk_norm="full", qk_norm_eps=0.5),  # one head: per-head
+    dict(d_model=3, heads=2, head_dim=1, v_head_dim=3, qk_norm="unweighted", qk_norm_eps=0.5, bias="qkvo"),
+])
+def test_width_one_layouts_prop_qk_width_one_covers(kwargs: dict) -> None:
+    # d_k = 1, eps > 0, d >= 2, d_v <= d: counted (1 + S shared, G + S per-head, S unweighted) and measured equal
+    spec = AttentionSpec.create(**kwargs)
+    value_side = spec.kv_heads * spec.v_head_dim ** 2 + (spec.kv_heads * spec.v_head_dim if "v" in spec.bias else 0)
+    trades = {"shared": 1, "full": spec.kv_heads, "unweighted": 0}[spec.qk_norm]
+    c = count(spec)
+    assert c.unidentified == trades + value_side
+    assert verify(spec, seed=0).matches
 
 
 def test_unweighted_norm_leaves_rotations_commuting_with_rope() -> None:

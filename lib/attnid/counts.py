@@ -34,13 +34,15 @@ trade of r/2 + (d_k - r) dimensions, once ('shared') or per group ('per-head', '
 Without a learned weight ('unweighted', Llama 4) nothing tells the coordinates apart, and an
 orthogonal change of basis commuting with RoPE survives instead of the trade: per group
 r/2 rotation angles and (d_k - r)(d_k - r - 1)/2 dimensions of SO(d_k - r).
-Every bias is identified, b_K included: it sits inside the norm. For d_k <= d_model (H d_k and
-G d_k <= d_model with 'full'; a normalised width of 1 with eps = 0 sees only a sign and is not
-covered) chapter 7b proves that these moves are unidentified and, at the level of each head's
-scores, that nothing else is; that the layer sees each head's scores is proved there too
-(prop-qk-several-heads: the poles of each head's logistic factor, continued to complex inputs,
-separate the heads), so the counts are equalities; for 'full', prop-qk-tangent-full.
-Every numeric check agrees (``attnid verify``, tests/test_qk_norm.py).
+Every bias is identified, b_K included: it sits inside the norm. Chapter 7b proves that these
+moves are unidentified and that nothing else is, so the counts are equalities, where
+``qk_norm_not_covered`` returns '': for 2 <= d_k <= d_model and d_v <= d_model (H d_k and G d_k
+<= d_model with 'full'), by thm-qk-norm (prop-qk-several-heads separates the heads by the poles
+of their logistic factors; prop-qk-tangent and, for 'full', prop-qk-tangent-full give each head's
+tangent); for d_k = 1 with eps > 0, d_model >= 2 and d_v <= d_model, shared, per-head or
+unweighted (or 'full' with one head, which is per-head), by prop-qk-width-one. Every other
+QK-norm layout is not covered (its count is withheld with the reason); ``attnid verify`` still
+measures it. Every numeric check agrees (``attnid verify``, tests/test_qk_norm.py).
 
 A sliding window (``spec.window``) changes no count when it is at least 3 keys wide, or 2
 without RoPE: every proof reads rows that see the keys at offsets 0, 1 and 2 (0 and 1
@@ -159,6 +161,14 @@ def qk_norm_not_covered(spec: AttentionSpec) -> str:
     if spec.qk_norm_eps == 0 and min(widths) == 1:
         return ("not covered: with eps = 0 a QK-norm over a single entry keeps only its sign, so the layer is not "
                 "differentiable in the query/key weights and its Jacobian does not measure the fiber")
+    if spec.v_head_dim > d:
+        return (f"not covered: QK-norm with v_head_dim {spec.v_head_dim} > d_model {d} (the proofs need W_V of full "
+                "column rank and W_O of full row rank)")
+    if dk == 1 and spec.qk_norm == "full" and max(spec.heads, spec.kv_heads) > 1:
+        return ("not covered: a full-width QK-norm on heads of width one (the proofs of the full variant need "
+                "head_dim >= 2)")
+    if dk == 1 and d == 1:
+        return "not covered: QK-norm heads of width one with d_model 1 (the proof needs d_model >= 2)"
     return ""
 
 
