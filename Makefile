@@ -71,11 +71,16 @@ experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs 
 
 test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook, a warning-free book build, then every page in a browser
 
-test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need the built book)
-	$(PY) -m pytest tests --ignore=tests/browser
+# pytest runs TEST_WORKERS processes at once (pytest-xdist), each on one thread (ONE_THREAD, inherited
+# by the subprocesses tests start): on 2 cores, one process of 2 threads took 26 min and two of 2 threads
+# each 21 min, as they wait on each other's threads; two of one thread each take 12 min.
+TEST_WORKERS ?= 2
+ONE_THREAD  := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need the built book), TEST_WORKERS at a time
+	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser
 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
-	$(PY) -m pytest tests --ignore=tests/browser -m "not slow"
+	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser -m "not slow"
 
 test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots), and check the printed PDF
 	$(PY) -m pytest -p no:cacheprovider tests/browser

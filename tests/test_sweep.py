@@ -104,11 +104,13 @@ def test_the_scheduler_variable_sends_every_sweep_to_that_cluster(monkeypatch):
 
 
 def test_an_unreachable_scheduler_is_a_clear_error(monkeypatch):
-    pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed")
     from attnid.train import sweep
 
     monkeypatch.setenv(sweep.SCHEDULER_VARIABLE, "tcp://127.0.0.1:9")  # the discard port: nothing listens
     monkeypatch.setattr(sweep, "_CLIENTS", {})
+    client = distributed.Client  # give up after 2 s instead of the library's 30: the same error path
+    monkeypatch.setattr(distributed, "Client", lambda address, **kw: client(address, **{**kw, "timeout": "2s"}))
     with pytest.raises(RuntimeError, match="no Dask scheduler answers"):
         sweep.environment_backend()
 

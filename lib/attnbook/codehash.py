@@ -60,14 +60,24 @@ def normalised_source(source: str, name: str = "<module>") -> str:
     return ast.unparse(_strip_docstrings(ast.parse(source, filename=name)))
 
 
+_NORMALISED: dict[str, str] = {}
+
+
 def file_hash(path: Path, rule: str = RULE) -> str:
-    """SHA-256 of ``path`` under ``rule``: the normalised source of a ``.py`` file, else the bytes."""
+    """SHA-256 of ``path`` under ``rule``: the normalised source of a ``.py`` file, else the bytes.
+
+    The normalised hash is remembered per process by the SHA-256 of the file's bytes, so that checking
+    every sidecar parses each distinct module text once, not once per data file.
+    """
     raw = path.read_bytes()
-    if rule == RULE and path.suffix == ".py":
-        raw = normalised_source(raw.decode("utf-8"), str(path)).encode()
-    elif rule not in (RULE, LEGACY_RULE):
+    if rule not in (RULE, LEGACY_RULE):
         raise ValueError(f"unknown provenance rule {rule!r}; known: {RULE!r}, {LEGACY_RULE!r}")
-    return hashlib.sha256(raw).hexdigest()
+    if rule == LEGACY_RULE or path.suffix != ".py":
+        return hashlib.sha256(raw).hexdigest()
+    key = hashlib.sha256(raw).hexdigest()
+    if key not in _NORMALISED:
+        _NORMALISED[key] = hashlib.sha256(normalised_source(raw.decode("utf-8"), str(path)).encode()).hexdigest()
+    return _NORMALISED[key]
 
 
 def exemption(path: Path) -> str | None:
