@@ -82,8 +82,11 @@ test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
 	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser -m "not slow"
 
+# The browser tests run BROWSER_WORKERS at a time: the whole-book walk in one worker, the probes in the other
+# (282 s in one process, 255 s in two, measured once each).
+BROWSER_WORKERS ?= 2
 test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots), and check the printed PDF
-	$(PY) -m pytest -p no:cacheprovider tests/browser
+	$(PY) -m pytest -p no:cacheprovider -n $(BROWSER_WORKERS) tests/browser
 
 # Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.
 browser:  ## make sure headless Chromium is there (apt-get install chromium when run as root)
@@ -102,13 +105,19 @@ $(MATHJAX): scripts/fetch_mathjax.py | $(STAMP)
 # The stored outputs were written in the machine's default numeric environment; nbval re-executes
 # them in a perturbed one (one thread, MKL_CBWR, ATen's generic kernels, NumPy's SIMD off: scripts/perturbed.py),
 # so an output that another CPU would change fails here too. NUMERICS=native skips the perturbation.
-# Notebooks run NBVAL_WORKERS at a time (pytest-xdist; each notebook's cells stay in one worker).
+# Notebooks run NBVAL_WORKERS at a time (pytest-xdist; each notebook's cells stay in one worker), the
+# longest first (NBVAL_FIRST, measured: 13 takes 420 s of the 1,110 s in all, then 08 170, the kernel
+# appendix 170, 12 100) and in that order (--no-loadscope-reorder: xdist would put the notebooks with
+# the most cells first, which left chapter 13 to start late and one worker idle: 740 s against about 590).
 NUMERICS    ?= perturbed
 NBVAL_WORKERS ?= 2
+NBVAL_FIRST := chapters/13_whole_model.ipynb chapters/08_census.ipynb chapters/appendix_kernels.ipynb \
+  chapters/12_trained_models.ipynb
 test-notebooks: $(STAMP)  ## nbval: re-execute every book notebook (not the experiments) in a perturbed numeric environment and compare with the stored outputs
 	$(if $(filter native,$(NUMERICS)),,$(PY) scripts/perturbed.py --show --) $(PY) -m pytest -p no:cacheprovider \
-	  -n $(NBVAL_WORKERS) --dist loadfile --nbval --nbval-current-env \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg $$($(PY) scripts/reproduce.py --list)
+	  -n $(NBVAL_WORKERS) --dist loadfile --no-loadscope-reorder --nbval --nbval-current-env \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(NBVAL_FIRST) \
+	  $$($(PY) scripts/reproduce.py --list | tr ' ' '\n' | grep -vxF $(foreach f,$(NBVAL_FIRST),-e $(f)))
 
 book: $(STAMP) $(MATHJAX)  ## build the HTML book into _build/html from the stored outputs (no execution; MathJax served locally)
 	rm -rf _build/html
