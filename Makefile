@@ -82,11 +82,8 @@ test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
 	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser -m "not slow"
 
-# The browser tests run BROWSER_WORKERS at a time: the whole-book walk in one worker, the probes in the other
-# (282 s in one process, 255 s in two, measured once each).
-BROWSER_WORKERS ?= 2
 test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots), and check the printed PDF
-	$(PY) -m pytest -p no:cacheprovider -n $(BROWSER_WORKERS) tests/browser
+	$(PY) -m pytest -p no:cacheprovider tests/browser
 
 # Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.
 browser:  ## make sure headless Chromium is there (apt-get install chromium when run as root)

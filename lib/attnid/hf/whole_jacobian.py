@@ -229,7 +229,8 @@ def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool 
     blocks: list[torch.Tensor] = []
     rows, target, last = 0, total, None
     # SDPA's math backend (plain matmuls and softmax in float64), which torch.func batches: the fused CPU
-    # kernel has no batching rule for its backward, and vmap ran it one Jacobian row at a time (3 to 14 times slower)
+    # kernel has no batching rule for its backward, and vmap ran it one Jacobian row at a time (measured warm,
+    # one thread: 1.0 to 1.6 times slower)
     with float64_kept(), sdpa_kernel(SDPBackend.MATH):
         for ids, tt in _sequences(cfg, _length(cfg), gen):
             blocks.append(torch.func.jacrev(output)(flat, ids, tt).detach())
