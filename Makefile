@@ -82,7 +82,7 @@ test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
 	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser -m "not slow"
 
-test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots: _build/screenshots), and check the printed PDF
+test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots of each first screen: _build/screenshots; FULL_SCREENSHOTS=1 whole pages), and check the printed PDF
 	$(PY) -m pytest -p no:cacheprovider tests/browser
 
 # Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.

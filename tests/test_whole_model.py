@@ -15,7 +15,7 @@ import pytest
 from attnid import schemas
 from attnid.cli import main
 from attnid.hf.whole import whole_model
-from attnid.hf.whole_jacobian import measure
+from attnid.hf.whole_jacobian import MAX_ROWS_PER_PARAMETER, measure, next_decision
 
 LLAMA = dict(model_type="llama", vocab_size=12, hidden_size=6, intermediate_size=10, num_hidden_layers=2,
              num_attention_heads=2, num_key_value_heads=1, head_dim=4, max_position_embeddings=16,
@@ -94,6 +94,18 @@ def test_closed_form_equals_the_jacobian_nullity(name: str) -> None:
         assert measured.decision.clear
         assert (measured.parameters, measured.nullity) == (counted["parameters"], counted["unidentified"]), key
         assert sum(counted["breakdown"].values()) == counted["unidentified"]
+
+
+def test_the_decision_schedule_steps_a_quarter_jumps_while_the_rank_grows_and_keeps_under_the_cap() -> None:
+    total = 1000
+    assert next_decision(total, 1000, 900, None) == 1250  # first decision: a quarter of P later
+    assert next_decision(total, 1250, 900, (1000, 900)) == 1500  # the rank held but was not clear, say
+    # 100 more directions in 500 rows; 400 to go at that rate is 2,000 rows, capped at the rows so far
+    assert next_decision(total, 1500, 600, (1000, 500)) == 3000
+    assert next_decision(total, 4000, 700, (3000, 650)) == 7750  # 6,000 at that rate: the cap (8,000) less a quarter
+    assert next_decision(total, 2000, 995, (1750, 900)) == 2250  # 14 rows at that rate, but never less than a quarter
+    for rows in range(1000, 7750, 250):  # the confirming decision always fits under the cap
+        assert next_decision(total, rows, 10, (rows - 250, 0)) + total // 4 <= MAX_ROWS_PER_PARAMETER * total
 
 
 def test_the_stream_symmetries_change_the_count_as_the_theory_says() -> None:

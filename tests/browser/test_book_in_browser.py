@@ -4,6 +4,7 @@ scroll container, a missing image, a request to the network)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ def test_every_page_reads_offline(html_root: Path) -> None:
     assert len(pages) >= 10, f"only {len(pages)} pages under {html_root}"
     for old in SCREENSHOTS.glob("*.png"):  # count only the screenshots this run takes
         old.unlink()
-    problems = check_book(html_root, pages, screenshots=SCREENSHOTS)
+    # the first screen of each page; FULL_SCREENSHOTS=1 (make test-browser FULL_SCREENSHOTS=1) the whole page
+    problems = check_book(html_root, pages, screenshots=SCREENSHOTS, full_page=bool(os.environ.get("FULL_SCREENSHOTS")))
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(map(str, problems))
     assert len(list(SCREENSHOTS.glob("*.png"))) >= len(pages) * len(WIDTHS)
 

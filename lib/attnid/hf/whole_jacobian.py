@@ -41,7 +41,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnid.hf.modules import float64_kept
-from attnid.rank import RankDecision, decide_rank
+from attnid.jacobian import RankAccumulator
+from attnid.rank import RankDecision
 
 VERIFY_EPS = 1e-3  # any eps > 0 has the same generic rank (thm-whole-eps); this one keeps the broken directions clear
 MAX_LENGTH = 8
@@ -202,6 +203,23 @@ def _length(cfg: Any) -> int:
     return min(MAX_LENGTH, learned) if learned else MAX_LENGTH
 
 
+def next_decision(total: int, rows: int, rank: int, previous: tuple[int, int] | None) -> int:
+    """The row count at which ``measure`` decides the rank again, after a decision of ``rank`` at ``rows``.
+
+    P / 4 rows later; but while the rank still grows (``previous``: the last decision's rows and rank), as many
+    rows later as that growth rate would take to reach full rank P (at most twice the rows so far), so a slowly
+    filling Jacobian (a head's logits: many rows, few new directions each) is not decided at every quarter of P.
+    Never past the point where the confirming decision, P / 4 later, would exceed the row cap. This sets only when
+    the rule is applied; the stopping rule itself (the same clear rank twice, P / 4 rows apart) is unchanged.
+    """
+    step = max(total // 4, 1)
+    if previous is None or rank <= previous[1]:
+        return rows + step
+    rate = (rank - previous[1]) / (rows - previous[0])
+    ahead = math.ceil((total - rank) / rate)
+    return rows + max(step, min(ahead, rows, MAX_ROWS_PER_PARAMETER * total - step - rows))
+
+
 def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool = True,
             state: dict[str, torch.Tensor] | None = None) -> Measured:
     """The nullity of the output's float64 Jacobian (logits with ``head``, else the backbone's last hidden state).
@@ -226,23 +244,23 @@ def measure(data: dict[str, Any], *, head: bool, seed: int = 0, switching: bool 
         return (out.logits if head else out.last_hidden_state).reshape(-1)
 
     gen = torch.Generator().manual_seed(seed + 1)
-    blocks: list[torch.Tensor] = []
-    rows, target, last = 0, total, None
+    stacked = RankAccumulator(total)  # the rows folded into a running QR: the same singular values, P x P
+    target, last, last_rows = total, None, 0
     # SDPA's math backend (plain matmuls and softmax in float64), which torch.func batches: the fused CPU
     # kernel has no batching rule for its backward, and vmap ran it one Jacobian row at a time (measured warm,
     # one thread: 1.0 to 1.6 times slower)
     with float64_kept(), sdpa_kernel(SDPBackend.MATH):
         for ids, tt in _sequences(cfg, _length(cfg), gen):
-            blocks.append(torch.func.jacrev(output)(flat, ids, tt).detach())
-            rows += blocks[-1].shape[0]
+            stacked.add(torch.func.jacrev(output)(flat, ids, tt).detach())
+            rows = stacked.n_rows
             if rows < target:
                 continue
             if rows > MAX_ROWS_PER_PARAMETER * total:
                 raise ValueError(f"the rank did not settle by {rows:,} Jacobian rows for {total:,} parameters "
                                  f"(last: rank {last.rank if last else '?'}, clear {last.clear if last else '?'})")
-            jac = torch.cat(blocks)
-            decision = decide_rank(torch.linalg.svdvals(jac), rows, total)
+            decision = stacked.decide()
             if last is not None and decision.rank == last.rank and decision.clear:
                 return Measured(total, decision.nullity, decision, rows)
-            last, target = decision, rows + max(total // 4, 1)
+            target = next_decision(total, rows, decision.rank, None if last is None else (last_rows, last.rank))
+            last, last_rows = decision, rows
     raise AssertionError("unreachable")
