@@ -38,7 +38,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 MATHJAX     := _vendor/mathjax/.version
 
-.PHONY: help install reproduce stale accept compare experiments test test-lib test-fast test-notebooks test-browser book pdf browser bench gpu-check bench-inspect bench-engine bench-ballcert check-kernels clean lock
+.PHONY: help install reproduce stale accept compare experiments test test-lib test-fast test-notebooks test-browser rendered walk book pdf browser bench gpu-check bench-inspect bench-engine bench-ballcert check-kernels clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -69,7 +69,11 @@ compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per 
 experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/; JOBS=n workers, SCHEDULER=address of a Dask cluster)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
-test: test-lib test-notebooks test-browser  ## pytest, nbval over every notebook, a warning-free book build, then every page in a browser
+# pytest first, on both cores; then nbval (two workers) beside a third process that builds the book, prints the
+# PDF and walks every page in the browser (the PDF pass mostly waits on Chromium, and the walk fills nbval's tail).
+# -Oline keeps each line of the two streams whole.
+test: test-lib  ## pytest, then nbval over every notebook beside a warning-free book build, the PDF and every page in a browser
+	$(MAKE) --no-print-directory -j2 -Oline test-notebooks walk
 
 # pytest runs TEST_WORKERS processes at once (pytest-xdist), each on one thread (ONE_THREAD, inherited
 # by the subprocesses tests start): on 2 cores, one process of 2 threads took 26 min and two of 2 threads
@@ -82,8 +86,17 @@ test-lib: $(STAMP)  ## pytest over tests/ (except the browser tests, which need 
 test-fast: $(STAMP)  ## pytest without the tests marked slow (subprocess batches, Triton's interpreter, a fresh install)
 	$(ONE_THREAD) $(PY) -m pytest -n $(TEST_WORKERS) tests --ignore=tests/browser -m "not slow"
 
+BROWSER_TESTS := $(PY) -m pytest -p no:cacheprovider tests/browser
 test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots of each first screen: _build/screenshots; FULL_SCREENSHOTS=1 whole pages), and check the printed PDF
-	$(PY) -m pytest -p no:cacheprovider tests/browser
+	$(BROWSER_TESTS)
+
+# make test's second stream: the HTML book, then the PDF (never at once: both builds use _build/.doctrees), then
+# the browser tests
+rendered: $(STAMP) $(MATHJAX) browser
+	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory pdf
+walk: rendered
+	$(BROWSER_TESTS)
 
 # Debian's chromium (the only browser the registries here serve); installed as root, else a clear message.
 browser:  ## make sure headless Chromium is there (apt-get install chromium when run as root)

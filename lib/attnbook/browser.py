@@ -46,7 +46,9 @@ WIDTHS: tuple[tuple[str, int, int, str], ...] = (
     ("phone", 390, 844, "dark"),
 )
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-MATHJAX_TIMEOUT_MS = 30_000
+# every wait of a page (loading, MathJax): make test walks the book while nbval shares the two cores, and a
+# long chapter took 12 s alone; a wait that runs out is a failure, so the bound is generous
+PAGE_TIMEOUT_MS = 120_000
 
 
 class BrowserMissing(RuntimeError):
@@ -267,6 +269,7 @@ def check_book(html_root: Path, pages: Sequence[Path] | None = None, screenshots
         try:
             for label, width, height, scheme in widths:
                 context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
+                context.set_default_timeout(PAGE_TIMEOUT_MS)
                 try:
                     for page_path in pages:
                         problems += _check_page(context, html_root, page_path.resolve(), label, screenshots, full_page)
@@ -313,7 +316,7 @@ def _check_page(context, html_root: Path, path: Path, label: str, screenshots: P
     try:
         page.goto(path.as_uri(), wait_until="load")
         page.wait_for_function("() => !window.MathJax || !window.MathJax.startup || window.MathJax.startup.promise",
-                               timeout=MATHJAX_TIMEOUT_MS)
+                               timeout=PAGE_TIMEOUT_MS)
         for kind, detail in page.evaluate(PAGE_CHECKS_JS):
             note(kind, detail)
         for target in broken_links(page.evaluate("() => Array.from(document.links, a => a.href)")):
