@@ -69,11 +69,12 @@ compare: $(STAMP)  ## re-run the chapters into a temporary copy and report, per 
 experiments: $(STAMP)  ## execute only the experiment notebooks (the heavy runs that write data/experiments/; JOBS=n workers, SCHEDULER=address of a Dask cluster)
 	$(PY) scripts/reproduce.py --experiments --device $(DEVICE) $(ARGS)
 
-# pytest first, on both cores; then nbval (two workers) beside a third process that builds the book, prints the
-# PDF and walks every page in the browser (the PDF pass mostly waits on Chromium, and the walk fills nbval's tail).
-# -Oline keeps each line of the two streams whole.
-test: test-lib  ## pytest, then nbval over every notebook beside a warning-free book build, the PDF and every page in a browser
-	$(MAKE) --no-print-directory -j2 -Oline test-notebooks walk
+# Three streams at once, as one make -j3 (make's jobserver): pytest (two workers), nbval (two workers), and a
+# stream that builds the book, prints the PDF and walks every page in the browser. On 2 cores the CPU does the
+# same work either way; run one after the other, each stream's slow tail left a core idle (a fresh clone's CI:
+# 34 min; pytest alone, then nbval beside the book stream: 30 min). -Oline prints each command's output whole.
+test:  ## pytest, nbval over every notebook, a warning-free book build, the PDF and every page in a browser (three streams at once)
+	$(MAKE) --no-print-directory -j3 -Oline test-lib test-notebooks walk
 
 # pytest runs TEST_WORKERS processes at once (pytest-xdist), each on one thread (ONE_THREAD, inherited
 # by the subprocesses tests start): on 2 cores, one process of 2 threads took 26 min and two of 2 threads
@@ -90,7 +91,7 @@ BROWSER_TESTS := $(PY) -m pytest -p no:cacheprovider tests/browser
 test-browser: book pdf browser  ## open every page of the built book in headless Chromium, offline, at 1280 and 390 px (screenshots of each first screen: _build/screenshots; FULL_SCREENSHOTS=1 whole pages), and check the printed PDF
 	$(BROWSER_TESTS)
 
-# make test's second stream: the HTML book, then the PDF (never at once: both builds use _build/.doctrees), then
+# make test's book stream: the HTML book, then the PDF (never at once: both builds use _build/.doctrees), then
 # the browser tests
 rendered: $(STAMP) $(MATHJAX) browser
 	$(MAKE) --no-print-directory book
