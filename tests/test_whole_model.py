@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 
+from attnbook.paths import data_dir
 from attnbook.provenance import check_pair
 from attnid import schemas
 from attnid.cli import main
@@ -82,7 +82,7 @@ def test_closed_form_equals_the_jacobian_nullity(name: str) -> None:
         assert sum(counted["breakdown"].values()) == counted["unidentified"]
 
 
-CHECKS = Path(__file__).resolve().parents[1] / "data" / "whole_model" / "checks.csv"
+CHECKS = data_dir() / "whole_model" / "checks.csv"
 
 
 def test_the_chapters_measurements_agree_with_the_closed_form() -> None:
